@@ -1,0 +1,491 @@
+//! Reading traces: legacy pcap and pcapng from a memory map, a byte slice, a compressed file or standard input.
+//!
+//! [`TraceReader::open`] finds the format from the first bytes, never from the file name. An uncompressed regular
+//! file is memory-mapped and iterated without copying; a compressed file (gzip, zstd, lz4 frame) is decompressed on a
+//! thread of its own; standard input (`-`) and pipes are read as a stream. Every path yields the same [`Record`]s.
+//!
+//! Damage is reported, never hidden: every complete record before it is delivered, then one [`TraceError`] naming
+//! the file, the byte offset and what was wrong, and then the iteration ends.
+
+mod parser;
+mod stream;
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+pub use parser::{FileFormat, Interface, MAX_SNAPLEN, TsResolution, max_caplen};
+pub use stream::Compression;
+
+use crate::error::{ErrorKind, TraceError};
+use crate::sys::{Mapped, prefetch};
+use crate::types::LinkType;
+use parser::{Parser, RecordMeta, Step};
+use stream::ThreadedReader;
+
+/// How far ahead of the current record the slice readers prefetch. Measured on a page-cached 1.5 GB trace
+/// (docs/BENCHMARKS.md): a bare record walk is bound by memory latency on large records.
+const PREFETCH_DISTANCE: usize = 4096;
+
+/// One captured packet and where it came from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Record<'a> {
+    /// Timestamp in nanoseconds since the Unix epoch (0 for pcapng simple packet blocks, see `has_ts`).
+    pub ts_ns: u64,
+    /// Whether the record carries a timestamp (pcapng simple packet blocks do not).
+    pub has_ts: bool,
+    /// Length on the wire; may exceed `data.len()` when the capture was cut by the snapshot length.
+    pub wirelen: u32,
+    /// Interface index: 0 for pcap; for pcapng the index of the interface among all interface description blocks
+    /// of the file, counted across sections (see [`TraceReader::interfaces`]).
+    pub iface: u32,
+    /// Link type of the packet.
+    pub linktype: LinkType,
+    /// Byte offset of the record (pcap record header or pcapng block) in the capture stream.
+    pub offset: u64,
+    /// Bytes the record occupies in the stream, header and padding included.
+    pub record_len: u32,
+    /// The captured bytes.
+    pub data: &'a [u8],
+}
+
+impl Record<'_> {
+    /// Captured length (`data.len()`).
+    #[inline]
+    pub fn caplen(&self) -> u32 {
+        self.data.len() as u32
+    }
+
+    /// Whether the snapshot length cut the packet (`caplen < wirelen`).
+    #[inline]
+    pub fn is_truncated(&self) -> bool {
+        self.caplen() < self.wirelen
+    }
+}
+
+#[inline]
+fn make_record<'a>(m: &RecordMeta, offset: u64, block: &'a [u8]) -> Record<'a> {
+    Record {
+        ts_ns: m.ts_ns,
+        has_ts: m.has_ts,
+        wirelen: m.wirelen,
+        iface: m.iface,
+        linktype: m.linktype,
+        offset,
+        record_len: m.consumed as u32,
+        data: &block[m.data_start..m.data_start + m.caplen as usize],
+    }
+}
+
+/// Steps the parser over `data` from `*pos` to the next record. `Err` carries the offset of the damage.
+#[inline(always)]
+fn slice_next(parser: &mut Parser, data: &[u8], pos: &mut usize) -> Option<Result<RecordMeta, (usize, ErrorKind)>> {
+    loop {
+        let at = *pos;
+        prefetch(data, at + PREFETCH_DISTANCE);
+        match parser.step(&data[at..]) {
+            Ok(Step::Record(m)) => {
+                *pos = at + m.consumed;
+                return Some(Ok(m));
+            }
+            Ok(Step::Skip(n)) => *pos = at + n,
+            Ok(Step::End) => return None,
+            Ok(Step::Need { needed, what }) => {
+                let available = (data.len() - at) as u64;
+                return Some(Err((at, ErrorKind::Truncated { what, needed: needed as u64, available })));
+            }
+            Err(kind) => return Some(Err((at, kind))),
+        }
+    }
+}
+
+/// Zero-copy iterator over the records of a capture held in memory (a slice or a memory map).
+///
+/// ```
+/// use pcaptool_packet::{Records, PcapWriter, LinkType, TsPrecision};
+/// let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Micro).unwrap();
+/// w.write_packet(1_500_000_000, 60, &[0u8; 60]).unwrap();
+/// let bytes = w.finish().unwrap();
+/// let recs: Vec<_> = Records::new(&bytes).collect::<Result<_, _>>().unwrap();
+/// assert_eq!(recs.len(), 1);
+/// assert_eq!(recs[0].ts_ns, 1_500_000_000);
+/// assert_eq!(recs[0].offset, 24);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Records<'a> {
+    data: &'a [u8],
+    pos: usize,
+    parser: Parser,
+    path: Option<PathBuf>,
+    done: bool,
+}
+
+impl<'a> Records<'a> {
+    /// Iterates the records of a whole capture file held in `data`.
+    pub fn new(data: &'a [u8]) -> Records<'a> {
+        Records { data, pos: 0, parser: Parser::new(), path: None, done: false }
+    }
+
+    /// Names the file in errors.
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Records<'a> {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The format, once the header has been read.
+    pub fn format(&self) -> Option<FileFormat> {
+        self.parser.format()
+    }
+
+    /// The interfaces declared so far.
+    pub fn interfaces(&self) -> &[Interface] {
+        self.parser.interfaces()
+    }
+
+    /// Byte offset of the next structure to read.
+    pub fn position(&self) -> u64 {
+        self.pos as u64
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>, TraceError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let at = self.pos;
+        match slice_next(&mut self.parser, self.data, &mut self.pos) {
+            Some(Ok(m)) => {
+                let off = self.pos - m.consumed;
+                debug_assert!(off >= at);
+                Some(Ok(make_record(&m, off as u64, &self.data[off..])))
+            }
+            Some(Err((off, kind))) => {
+                self.done = true;
+                Some(Err(TraceError::new(self.path.clone(), off as u64, kind)))
+            }
+            None => {
+                self.done = true;
+                None
+            }
+        }
+    }
+}
+
+/// Options for [`TraceReader::open_with`].
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    no_mmap: bool,
+}
+
+impl ReadOptions {
+    /// Options with defaults (memory-map uncompressed regular files).
+    pub fn new() -> ReadOptions {
+        ReadOptions::default()
+    }
+
+    /// Reads files through `read(2)` instead of a memory map, for files another process may truncate.
+    pub fn no_mmap(&mut self, yes: bool) -> &mut ReadOptions {
+        self.no_mmap = yes;
+        self
+    }
+}
+
+#[derive(Debug)]
+enum Bytes {
+    Mapped(Mapped),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m.bytes(),
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+struct Stream {
+    src: Box<dyn Read + Send>,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// Stream offset of `buf[0]`.
+    base: u64,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("base", &self.base).field("eof", &self.eof).finish_non_exhaustive()
+    }
+}
+
+const STREAM_READ: usize = 1 << 18;
+
+impl Stream {
+    /// Makes `buf[start..end]` hold at least `needed` bytes, or reaches the end of input.
+    fn fill(&mut self, needed: usize) -> io::Result<()> {
+        if self.start > 0 && self.buf.len() - self.start < needed.max(STREAM_READ) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.base += self.start as u64;
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let want = needed.max(STREAM_READ);
+        if self.buf.len() < self.start + want {
+            self.buf.resize(self.start + want, 0);
+        }
+        while self.end - self.start < needed && !self.eof {
+            if self.end == self.buf.len() {
+                let n = self.buf.len() + STREAM_READ;
+                self.buf.resize(n, 0);
+            }
+            match self.src.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+enum Source {
+    Bytes { data: Bytes, pos: usize },
+    Stream(Stream),
+}
+
+/// A reader over one trace from any source; records borrow from the reader (see [`TraceReader::next_record`]).
+///
+/// ```no_run
+/// # fn main() -> Result<(), pcaptool_packet::TraceError> {
+/// let mut r = pcaptool_packet::TraceReader::open("trace.pcap.gz")?;
+/// while let Some(rec) = r.next_record() {
+///     let rec = rec?;
+///     println!("{} {} bytes", rec.ts_ns, rec.wirelen);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct TraceReader {
+    source: Source,
+    parser: Parser,
+    path: Option<PathBuf>,
+    compression: Option<Compression>,
+    done: bool,
+}
+
+impl TraceReader {
+    /// Opens `path` (`-` is standard input) with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, TraceError> {
+        TraceReader::open_with(path, &ReadOptions::default())
+    }
+
+    /// Opens `path` (`-` is standard input).
+    pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, TraceError> {
+        let path = path.as_ref();
+        if path.as_os_str() == "-" {
+            return TraceReader::from_reader(Box::new(io::stdin()), None);
+        }
+        let owned = Some(path.to_path_buf());
+        let mut file = File::open(path).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
+        let meta = file.metadata().map_err(|e| TraceError::io(owned.clone(), 0, e))?;
+        let mut magic = [0u8; 4];
+        let got = read_up_to(&mut file, &mut magic).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
+        let magic = &magic[..got];
+        if meta.is_file() && Compression::detect(magic).is_none() {
+            let data = if opts.no_mmap || meta.len() == 0 {
+                let mut v = magic.to_vec();
+                file.read_to_end(&mut v).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
+                Bytes::Owned(v)
+            } else {
+                Bytes::Mapped(Mapped::map(&file).map_err(|e| TraceError::io(owned.clone(), 0, e))?)
+            };
+            return Ok(TraceReader::with_source(Source::Bytes { data, pos: 0 }, owned, None));
+        }
+        let prefix = io::Cursor::new(magic.to_vec());
+        TraceReader::from_reader(Box::new(prefix.chain(file)), owned)
+    }
+
+    /// Reads a capture from a stream, detecting compression from its first bytes; `path` names it in errors.
+    pub fn from_reader(mut src: Box<dyn Read + Send>, path: Option<PathBuf>) -> Result<TraceReader, TraceError> {
+        let mut magic = [0u8; 4];
+        let got = read_up_to(&mut src, &mut magic).map_err(|e| TraceError::io(path.clone(), 0, e))?;
+        let magic = magic[..got].to_vec();
+        let compression = Compression::detect(&magic);
+        let mut src: Box<dyn Read + Send> = Box::new(io::Cursor::new(magic).chain(src));
+        if let Some(c) = compression {
+            let dec = c.decoder(src).map_err(|e| TraceError::io(path.clone(), 0, e))?;
+            src = Box::new(ThreadedReader::spawn(dec).map_err(|e| TraceError::io(path.clone(), 0, e))?);
+        }
+        let stream = Stream { src, buf: Vec::new(), start: 0, end: 0, eof: false, base: 0 };
+        Ok(TraceReader::with_source(Source::Stream(stream), path, compression))
+    }
+
+    /// Reads a capture held in memory.
+    pub fn from_bytes(data: Vec<u8>, path: Option<PathBuf>) -> TraceReader {
+        TraceReader::with_source(Source::Bytes { data: Bytes::Owned(data), pos: 0 }, path, None)
+    }
+
+    fn with_source(source: Source, path: Option<PathBuf>, compression: Option<Compression>) -> TraceReader {
+        TraceReader { source, parser: Parser::new(), path, compression, done: false }
+    }
+
+    /// The compression of the input, if any.
+    pub fn compression(&self) -> Option<Compression> {
+        self.compression
+    }
+
+    /// The file name given to `open`, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The container format; `None` until the first record (or header) has been read.
+    pub fn format(&self) -> Option<FileFormat> {
+        self.parser.format()
+    }
+
+    /// The interfaces declared so far (one for pcap; every interface description block for pcapng).
+    pub fn interfaces(&self) -> &[Interface] {
+        self.parser.interfaces()
+    }
+
+    /// The whole uncompressed capture when it is memory-mapped or in memory; `None` for streams. Parallel readers
+    /// split work with [`Records`] over these bytes.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match &self.source {
+            Source::Bytes { data, .. } => Some(data.get()),
+            Source::Stream(_) => None,
+        }
+    }
+
+    /// Reads the header (for pcapng, the blocks before the first packet) so that [`format`](Self::format) and
+    /// [`interfaces`](Self::interfaces) are known, without consuming a record.
+    pub fn read_header(&mut self) -> Result<(), TraceError> {
+        // Parse on a clone to find the first record, then replay the skipped structures on the real parser.
+        loop {
+            let (buf, base, eof): (&[u8], u64, bool) = match &mut self.source {
+                Source::Bytes { data, pos } => (&data.get()[*pos..], *pos as u64, true),
+                Source::Stream(s) => (&s.buf[s.start..s.end], s.base + s.start as u64, s.eof),
+            };
+            let mut probe = self.parser.clone();
+            match probe.step(buf) {
+                Ok(Step::Skip(n)) => {
+                    self.parser = probe;
+                    match &mut self.source {
+                        Source::Bytes { pos, .. } => *pos += n,
+                        Source::Stream(s) => s.start += n,
+                    }
+                }
+                Ok(Step::Need { needed, .. }) if !eof => {
+                    if let Source::Stream(s) = &mut self.source {
+                        s.fill(needed).map_err(|e| read_error(&self.path, self.compression, base, e))?;
+                    }
+                }
+                Ok(_) => return Ok(()),
+                Err(kind) => return Err(TraceError::new(self.path.clone(), base, kind)),
+            }
+        }
+    }
+
+
+    /// The next record; `None` at the end of the trace or after an error has been returned.
+    #[inline]
+    pub fn next_record(&mut self) -> Option<Result<Record<'_>, TraceError>> {
+        if self.done {
+            return None;
+        }
+        if matches!(self.source, Source::Stream(_)) {
+            return self.next_from_stream();
+        }
+        match &mut self.source {
+            Source::Bytes { data, pos } => {
+                let data = data.get();
+                match slice_next(&mut self.parser, data, pos) {
+                    Some(Ok(m)) => {
+                        let off = *pos - m.consumed;
+                        Some(Ok(make_record(&m, off as u64, &data[off..])))
+                    }
+                    Some(Err((off, kind))) => {
+                        self.done = true;
+                        Some(Err(TraceError::new(self.path.clone(), off as u64, kind)))
+                    }
+                    None => {
+                        self.done = true;
+                        None
+                    }
+                }
+            }
+            Source::Stream(_) => unreachable!("handled above"),
+        }
+    }
+
+    fn next_from_stream(&mut self) -> Option<Result<Record<'_>, TraceError>> {
+        let Source::Stream(s) = &mut self.source else { unreachable!() };
+        loop {
+            let off = s.base + s.start as u64;
+            match self.parser.step(&s.buf[s.start..s.end]) {
+                Ok(Step::Record(m)) => {
+                    let begin = s.start;
+                    s.start += m.consumed;
+                    return Some(Ok(make_record(&m, off, &s.buf[begin..])));
+                }
+                Ok(Step::Skip(n)) => s.start += n,
+                Ok(Step::End) if s.eof => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(Step::End) => {
+                    if let Err(e) = s.fill(1) {
+                        self.done = true;
+                        return Some(Err(read_error(&self.path, self.compression, off, e)));
+                    }
+                }
+                Ok(Step::Need { needed, what }) => {
+                    if s.eof {
+                        self.done = true;
+                        let available = (s.end - s.start) as u64;
+                        let kind = ErrorKind::Truncated { what, needed: needed as u64, available };
+                        return Some(Err(TraceError::new(self.path.clone(), off, kind)));
+                    }
+                    if let Err(e) = s.fill(needed) {
+                        self.done = true;
+                        return Some(Err(read_error(&self.path, self.compression, off, e)));
+                    }
+                }
+                Err(kind) => {
+                    self.done = true;
+                    return Some(Err(TraceError::new(self.path.clone(), off, kind)));
+                }
+            }
+        }
+    }
+}
+
+fn read_error(path: &Option<PathBuf>, compression: Option<Compression>, offset: u64, e: io::Error) -> TraceError {
+    match compression {
+        Some(c) => TraceError::new(path.clone(), offset, ErrorKind::Decompress { codec: c.name(), source: e }),
+        None => TraceError::io(path.clone(), offset, e),
+    }
+}
+
+fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

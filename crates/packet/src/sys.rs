@@ -1,0 +1,43 @@
+//! The crate's only `unsafe` code: memory-mapping a file and a cache prefetch hint.
+
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+
+/// A read-only memory map of a whole file.
+#[derive(Debug)]
+pub(crate) struct Mapped(memmap2::Mmap);
+
+impl Mapped {
+    /// Maps `file` read-only.
+    pub(crate) fn map(file: &File) -> io::Result<Mapped> {
+        // SAFETY: the map is read-only and private to this process. memmap2 requires that the file not be
+        // modified or truncated while mapped; a capture file that another process truncates under us would make a
+        // later access fault (SIGBUS). This is the documented contract of `TraceReader::open` (pass
+        // `ReadOptions::no_mmap` for files that may change), the same one tcpdump -r and Wireshark live with.
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        // Sequential access is the common case; the advice is only a hint and a failure changes nothing.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(Mapped(map))
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Asks the CPU to start loading the cache line holding `data[at]`, if that index exists.
+#[inline(always)]
+pub(crate) fn prefetch(data: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at < data.len() {
+        // SAFETY: `_mm_prefetch` is a hint that never faults and never reads memory architecturally; the pointer is
+        // in bounds of `data` anyway. SSE is part of the x86_64 baseline, so the target feature is always present.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(data.as_ptr().add(at).cast::<i8>())
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, at);
+}

@@ -1,0 +1,1 @@
+//! Shared helpers of the integration tests live in the test files; this library is empty.
