@@ -1,1 +1,104 @@
-//! Shared helpers of the integration tests live in the test files; this library is empty.
+//! Helpers shared by the integration tests: finding the corpus, the external tools and the `pcaptool` binary.
+//!
+//! Tests that need `../shared/corpus` or an external tool (tcpdump, capinfos, tshark) say so and skip when it is
+//! absent on a developer's machine; under CI (`CI=true`) a missing tool or corpus is a failure instead, so that a
+//! broken set-up cannot pass silently.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Skips (returns `None`) with a message, or fails under CI.
+fn missing(what: &str) -> Option<PathBuf> {
+    if in_ci() {
+        panic!("{what} is required under CI but missing");
+    }
+    eprintln!("SKIPPED: {what} is missing; this test needs it (CI has it)");
+    None
+}
+
+/// `../shared/corpus`, the real captures from public projects, or `None` (with a message) when absent.
+pub fn corpus_dir() -> Option<PathBuf> {
+    let dir = repo_root().join("../shared/corpus");
+    if dir.join("CATALOGUE.tsv").is_file() {
+        Some(dir.canonicalize().unwrap_or(dir))
+    } else {
+        missing("the shared capture corpus ../shared/corpus")
+    }
+}
+
+/// The path of an external tool on `PATH`, or `None` (with a message) when it is not installed.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    missing(&format!("the external tool `{name}`"))
+}
+
+/// The `pcaptool` binary of this build (built by `cargo test --workspace` through the cli crate's own tests;
+/// built here if missing).
+pub fn pcaptool_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+    let bin = profile_dir.join(format!("pcaptool{}", std::env::consts::EXE_SUFFIX));
+    if !bin.is_file() {
+        let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+        let profile = if profile == "debug" { "dev" } else { profile };
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "pcaptool", "--bin", "pcaptool", "--profile", profile])
+            .current_dir(repo_root())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build -p pcaptool failed");
+    }
+    bin
+}
+
+/// Every file listed in the corpus catalogue, relative to the corpus directory.
+pub fn corpus_files(corpus: &Path) -> Vec<String> {
+    let cat = std::fs::read_to_string(corpus.join("CATALOGUE.tsv")).expect("read CATALOGUE.tsv");
+    cat.lines().skip(1).filter_map(|l| l.split('\t').next()).filter(|p| !p.is_empty()).map(String::from).collect()
+}
+
+/// A fresh temporary directory under the target directory, removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `target/tmp/<name>-<pid>-<n>`.
+    pub fn new(name: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = repo_root()
+            .join("target/tmp")
+            .join(format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,1 +1,69 @@
-fn main() {}
+//! The `pcaptool` binary: argument parsing, dispatch to subcommands, and one-line error reporting.
+
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod progress;
+
+use std::io;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Packet capture and retrieval toolkit.
+#[derive(Debug, Parser)]
+#[command(name = "pcaptool", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Summarise capture files: format, link types, packets, bytes, time span, protocols (like capinfos).
+    Info(cmd::info::Args),
+    /// Convert between pcap and pcapng, µs and ns, compressed or not; cut by snaplen or time window.
+    Convert(cmd::convert::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(a) => cmd::info::run(a),
+        Command::Convert(a) => cmd::convert::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("pcaptool: error: {}", chain(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The cause chain on one line, without repeating a cause that its parent already printed.
+pub(crate) fn chain(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<pcaptool_packet::WriteError>()
+                .is_some_and(|e| matches!(e, pcaptool_packet::WriteError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe))
+    })
+}

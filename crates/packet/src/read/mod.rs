@@ -400,72 +400,87 @@ impl TraceReader {
     /// The next record; `None` at the end of the trace or after an error has been returned.
     #[inline]
     pub fn next_record(&mut self) -> Option<Result<Record<'_>, TraceError>> {
-        if self.done {
-            return None;
-        }
-        if matches!(self.source, Source::Stream(_)) {
-            return self.next_from_stream();
-        }
-        match &mut self.source {
-            Source::Bytes { data, pos } => {
-                let data = data.get();
-                match slice_next(&mut self.parser, data, pos) {
-                    Some(Ok(m)) => {
-                        let off = *pos - m.consumed;
-                        Some(Ok(make_record(&m, off as u64, &data[off..])))
-                    }
-                    Some(Err((off, kind))) => {
-                        self.done = true;
-                        Some(Err(TraceError::new(self.path.clone(), off as u64, kind)))
-                    }
-                    None => {
-                        self.done = true;
-                        None
-                    }
-                }
-            }
-            Source::Stream(_) => unreachable!("handled above"),
+        match self.advance()? {
+            Ok((m, off, begin)) => Some(Ok(self.record_at(&m, off, begin))),
+            Err(e) => Some(Err(e)),
         }
     }
 
-    fn next_from_stream(&mut self) -> Option<Result<Record<'_>, TraceError>> {
-        let Source::Stream(s) = &mut self.source else { unreachable!() };
-        loop {
-            let off = s.base + s.start as u64;
-            match self.parser.step(&s.buf[s.start..s.end]) {
-                Ok(Step::Record(m)) => {
-                    let begin = s.start;
-                    s.start += m.consumed;
-                    return Some(Ok(make_record(&m, off, &s.buf[begin..])));
+    /// Like [`next_record`](Self::next_record), with the interfaces declared so far (which describe
+    /// `record.iface`), for code that writes records on.
+    #[inline]
+    pub fn next_with_interfaces(&mut self) -> Option<Result<(Record<'_>, &[Interface]), TraceError>> {
+        match self.advance()? {
+            Ok((m, off, begin)) => Some(Ok((self.record_at(&m, off, begin), self.parser.interfaces()))),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    #[inline]
+    fn record_at(&self, m: &RecordMeta, off: u64, begin: usize) -> Record<'_> {
+        let buf = match &self.source {
+            Source::Bytes { data, .. } => data.get(),
+            Source::Stream(s) => &s.buf,
+        };
+        make_record(m, off, &buf[begin..])
+    }
+
+    /// Moves to the next record: its facts, stream offset and start within the current buffer.
+    #[inline]
+    fn advance(&mut self) -> Option<Result<(RecordMeta, u64, usize), TraceError>> {
+        if self.done {
+            return None;
+        }
+        let res = match &mut self.source {
+            Source::Bytes { data, pos } => match slice_next(&mut self.parser, data.get(), pos) {
+                Some(Ok(m)) => {
+                    let begin = *pos - m.consumed;
+                    Some(Ok((m, begin as u64, begin)))
                 }
-                Ok(Step::Skip(n)) => s.start += n,
-                Ok(Step::End) if s.eof => {
-                    self.done = true;
-                    return None;
-                }
-                Ok(Step::End) => {
-                    if let Err(e) = s.fill(1) {
-                        self.done = true;
-                        return Some(Err(read_error(&self.path, self.compression, off, e)));
-                    }
-                }
-                Ok(Step::Need { needed, what }) => {
-                    if s.eof {
-                        self.done = true;
-                        let available = (s.end - s.start) as u64;
-                        let kind = ErrorKind::Truncated { what, needed: needed as u64, available };
-                        return Some(Err(TraceError::new(self.path.clone(), off, kind)));
-                    }
-                    if let Err(e) = s.fill(needed) {
-                        self.done = true;
-                        return Some(Err(read_error(&self.path, self.compression, off, e)));
-                    }
-                }
-                Err(kind) => {
-                    self.done = true;
-                    return Some(Err(TraceError::new(self.path.clone(), off, kind)));
+                Some(Err((off, kind))) => Some(Err(TraceError::new(self.path.clone(), off as u64, kind))),
+                None => None,
+            },
+            Source::Stream(s) => stream_next(&mut self.parser, s, &self.path, self.compression),
+        };
+        if !matches!(res, Some(Ok(_))) {
+            self.done = true;
+        }
+        res
+    }
+}
+
+fn stream_next(
+    parser: &mut Parser,
+    s: &mut Stream,
+    path: &Option<PathBuf>,
+    compression: Option<Compression>,
+) -> Option<Result<(RecordMeta, u64, usize), TraceError>> {
+    loop {
+        let off = s.base + s.start as u64;
+        match parser.step(&s.buf[s.start..s.end]) {
+            Ok(Step::Record(m)) => {
+                let begin = s.start;
+                s.start += m.consumed;
+                return Some(Ok((m, off, begin)));
+            }
+            Ok(Step::Skip(n)) => s.start += n,
+            Ok(Step::End) if s.eof => return None,
+            Ok(Step::End) => {
+                if let Err(e) = s.fill(1) {
+                    return Some(Err(read_error(path, compression, off, e)));
                 }
             }
+            Ok(Step::Need { needed, what }) => {
+                if s.eof {
+                    let available = (s.end - s.start) as u64;
+                    let kind = ErrorKind::Truncated { what, needed: needed as u64, available };
+                    return Some(Err(TraceError::new(path.clone(), off, kind)));
+                }
+                if let Err(e) = s.fill(needed) {
+                    return Some(Err(read_error(path, compression, off, e)));
+                }
+            }
+            Err(kind) => return Some(Err(TraceError::new(path.clone(), off, kind))),
         }
     }
 }

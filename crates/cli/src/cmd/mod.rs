@@ -1,0 +1,4 @@
+//! One module per subcommand.
+
+pub(crate) mod convert;
+pub(crate) mod info;

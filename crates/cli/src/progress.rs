@@ -1,0 +1,27 @@
+//! Progress bars on standard error for long work, shown only when standard error is a terminal.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Inputs smaller than this finish too fast for a bar to help.
+const MIN_BYTES: u64 = 64 << 20;
+
+/// A byte-counting bar for reading `total` bytes, hidden when stderr is not a terminal or the input is small.
+pub(crate) fn bytes(total: Option<u64>, what: &str) -> ProgressBar {
+    let show = std::io::stderr().is_terminal() && total.is_none_or(|t| t >= MIN_BYTES);
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let pb = match total {
+        Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
+        None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+    };
+    let style = ProgressStyle::with_template(
+        "{prefix} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, {eta})",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    pb.set_style(style);
+    pb.set_prefix(what.to_string());
+    pb
+}
