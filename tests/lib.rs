@@ -49,13 +49,18 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     missing(&format!("the external tool `{name}`"))
 }
 
-/// The `pcaptool` binary of this build (built by `cargo test --workspace` through the cli crate's own tests;
-/// built here if missing).
+/// The `pcaptool` binary of this build profile, brought up to date once per test process (`cargo build` is a quick
+/// no-op when `cargo test --workspace` has just built it; with `cargo test -p pcaptool-tests` it would be stale).
 pub fn pcaptool_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_pcaptool).clone()
+}
+
+fn build_pcaptool() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
     let bin = profile_dir.join(format!("pcaptool{}", std::env::consts::EXE_SUFFIX));
-    if !bin.is_file() {
+    {
         let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
         let profile = if profile == "debug" { "dev" } else { profile };
         let status = Command::new(env!("CARGO"))

@@ -171,9 +171,12 @@ pub enum WriteError {
         /// The link type of the record.
         packet: crate::LinkType,
     },
-    /// pcapng interface description blocks hold a 16-bit link type.
-    #[error("link type {0} does not fit pcapng's 16-bit field")]
-    LinkTypeTooLarge(u32),
+    /// Legacy pcap stores seconds in 32 bits: instants from 2106-02-07T06:28:16Z on cannot be written.
+    #[error("timestamp {} is past 2106-02-07T06:28:15Z, the last second pcap can hold; write pcapng to keep it", crate::Rfc3339(*ts_ns))]
+    TimestampOutOfRange {
+        /// The timestamp in nanoseconds since the epoch.
+        ts_ns: u64,
+    },
     /// A record longer than the format allows.
     #[error("packet of {len} bytes is too large for the format")]
     PacketTooLarge {

@@ -48,9 +48,15 @@ impl LinkType {
     /// Linux "cooked" capture, version 2.
     pub const LINUX_SLL2: LinkType = LinkType(276);
 
+    /// The link type proper: the low 16 bits. A pcap header's link-type field also carries FCS information in
+    /// its top bits (libpcap's `LT_LINKTYPE`, `LT_FCS_LENGTH`).
+    pub fn base(self) -> LinkType {
+        LinkType(self.0 & 0xffff)
+    }
+
     /// A short lower-case name, as tcpdump and capinfos spell it where one exists.
     pub fn name(self) -> Option<&'static str> {
-        Some(match self.0 {
+        Some(match self.0 & 0xffff {
             0 => "null",
             1 => "ether",
             8 => "slip",

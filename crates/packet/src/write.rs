@@ -44,7 +44,7 @@ impl<W: Write> PcapWriter<W> {
     /// Appends one packet. Timestamps are truncated to the file's precision, as libpcap does.
     pub fn write_packet(&mut self, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), WriteError> {
         let caplen = u32::try_from(data.len()).map_err(|_| WriteError::PacketTooLarge { len: data.len() })?;
-        let sec = (ts_ns / 1_000_000_000) as u32;
+        let sec = u32::try_from(ts_ns / 1_000_000_000).map_err(|_| WriteError::TimestampOutOfRange { ts_ns })?;
         let sub = ts_ns % 1_000_000_000;
         let frac = match self.precision {
             TsPrecision::Micro => sub / 1000,
@@ -60,9 +60,9 @@ impl<W: Write> PcapWriter<W> {
         Ok(())
     }
 
-    /// Appends a record read from another trace; its link type must be the file's.
+    /// Appends a record read from another trace; its link type must be the file's (FCS bits aside).
     pub fn write_record(&mut self, rec: &Record<'_>) -> Result<(), WriteError> {
-        if rec.linktype != self.linktype {
+        if rec.linktype.base() != self.linktype.base() {
             return Err(WriteError::LinkTypeMismatch { file: self.linktype, packet: rec.linktype });
         }
         self.write_packet(rec.ts_ns, rec.wirelen, rec.data)
@@ -102,6 +102,9 @@ impl<W: Write> PcapNgWriter<W> {
     }
 
     /// Declares an interface and returns its id (ids count up from 0 in the order of declaration).
+    ///
+    /// pcapng holds the 16-bit link type proper; FCS bits of a pcap link-type field become `if_fcslen`, other
+    /// upper bits (reserved, zero in valid files) are dropped.
     pub fn add_interface(
         &mut self,
         linktype: LinkType,
@@ -109,8 +112,27 @@ impl<W: Write> PcapNgWriter<W> {
         precision: TsPrecision,
         name: Option<&str>,
     ) -> Result<u32, WriteError> {
-        let lt = u16::try_from(linktype.0).map_err(|_| WriteError::LinkTypeTooLarge(linktype.0))?;
+        self.add_interface_with_fcs(linktype, snaplen, precision, name, None)
+    }
+
+    /// [`add_interface`](Self::add_interface) with an explicit FCS length in bytes (`if_fcslen`).
+    pub fn add_interface_with_fcs(
+        &mut self,
+        linktype: LinkType,
+        snaplen: u32,
+        precision: TsPrecision,
+        name: Option<&str>,
+        fcs_len: Option<u8>,
+    ) -> Result<u32, WriteError> {
+        let lt = linktype.base().0 as u16;
+        let fcs_len =
+            fcs_len.or_else(|| (linktype.0 & 0x0400_0000 != 0).then_some(((linktype.0 >> 28) * 2) as u8));
         let mut opts = Vec::new();
+        if let Some(f) = fcs_len {
+            opts.extend_from_slice(&13u16.to_le_bytes());
+            opts.extend_from_slice(&1u16.to_le_bytes());
+            opts.extend_from_slice(&[f, 0, 0, 0]);
+        }
         if let Some(name) = name {
             let n = name.as_bytes();
             let n = &n[..n.len().min(u16::MAX as usize - 4)];
@@ -179,11 +201,12 @@ impl<W: Write> PcapNgWriter<W> {
     }
 }
 
-/// The precision to keep when re-writing packets of an interface with resolution `r`.
+/// The coarsest precision that keeps every timestamp of an interface with resolution `r` as pcaptool reads it
+/// (nanoseconds, truncated).
 pub fn precision_for(r: TsResolution) -> TsPrecision {
     match r {
         TsResolution::Decimal(e) if e <= 6 => TsPrecision::Micro,
-        TsResolution::Binary(e) if e <= 19 => TsPrecision::Micro,
+        TsResolution::Binary(e) if e <= 6 => TsPrecision::Micro,
         _ => TsPrecision::Nano,
     }
 }
@@ -233,9 +256,16 @@ impl<W: Write> TraceWriter<W> {
     pub fn write(&mut self, rec: &Record<'_>, ifaces: &[Interface]) -> Result<(), WriteError> {
         match &mut self.inner {
             Inner::PendingPcap(w, p) => {
-                let snap = self.snaplen.or_else(|| ifaces.get(rec.iface as usize).map(|i| i.snaplen)).unwrap_or(65535);
+                let src = ifaces.get(rec.iface as usize);
+                let snap = self.snaplen.or_else(|| src.map(|i| i.snaplen)).unwrap_or(65535);
                 let w = w.take().expect("pending writer present");
-                let mut pw = PcapWriter::new(w, rec.linktype, snap, *p)?;
+                let mut lt = rec.linktype;
+                if let Some(f) = src.and_then(|i| i.fcs_len)
+                    && lt.0 == lt.base().0
+                {
+                    lt = LinkType(lt.0 | 0x0400_0000 | (u32::from(f / 2) & 0xf) << 28);
+                }
+                let mut pw = PcapWriter::new(w, lt, snap, *p)?;
                 pw.write_record(rec)?;
                 self.inner = Inner::Pcap(pw);
                 Ok(())
@@ -244,11 +274,13 @@ impl<W: Write> TraceWriter<W> {
             Inner::PcapNg(w, forced) => {
                 while w.interface_count() <= rec.iface {
                     let i = w.interface_count() as usize;
-                    let (lt, snap, prec, name) = match ifaces.get(i) {
-                        Some(src) => (src.linktype, src.snaplen, precision_for(src.tsresol), src.name.as_deref()),
-                        None => (rec.linktype, 0, TsPrecision::Nano, None),
+                    let (lt, snap, prec, name, fcs) = match ifaces.get(i) {
+                        Some(src) => {
+                            (src.linktype, src.snaplen, precision_for(src.tsresol), src.name.as_deref(), src.fcs_len)
+                        }
+                        None => (rec.linktype, 0, TsPrecision::Nano, None, None),
                     };
-                    w.add_interface(lt, self.snaplen.unwrap_or(snap), forced.unwrap_or(prec), name)?;
+                    w.add_interface_with_fcs(lt, self.snaplen.unwrap_or(snap), forced.unwrap_or(prec), name, fcs)?;
                 }
                 w.write_packet(rec.iface, rec.ts_ns, rec.wirelen, rec.data)
             }

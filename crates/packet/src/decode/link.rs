@@ -6,7 +6,7 @@ use super::{Decoded, Ethernet, Layer, MAX_TAGS, StopReason, be16, be32};
 use crate::types::EtherType;
 
 pub(super) fn decode_link(d: &mut Decoded, b: &[u8], off: usize) {
-    match d.linktype.0 & 0x03ff_ffff {
+    match d.linktype.0 & 0xffff {
         1 => ethernet(d, b, off),
         0 => null_loopback(d, b, off, false),
         108 => null_loopback(d, b, off, true),

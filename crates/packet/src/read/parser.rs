@@ -26,7 +26,7 @@ pub const MAX_BLOCK_LEN: u32 = MAX_SNAPLEN_LARGE + 4096;
 
 /// The largest captured length accepted for a link type, as Wireshark's `wtap_max_snaplen_for_encap`.
 pub fn max_caplen(linktype: LinkType) -> u32 {
-    match linktype.0 & 0x03ff_ffff {
+    match linktype.0 & 0xffff {
         231 /* D-Bus */ | 249 /* USBPcap */ | 279 /* EBHSCR */ => MAX_SNAPLEN_LARGE,
         _ => MAX_SNAPLEN,
     }
@@ -113,6 +113,9 @@ pub struct Interface {
     pub section: u32,
     /// `if_name`, when present.
     pub name: Option<String>,
+    /// Length in bytes of the frame check sequence at the end of each packet, when the file says (pcapng
+    /// `if_fcslen`; pcap link-type bits 26-31).
+    pub fcs_len: Option<u8>,
 }
 
 /// Facts of one record, with its data as a range of the slice that was parsed.
@@ -238,6 +241,7 @@ impl Parser {
             tsoffset: 0,
             section: 0,
             name: None,
+            fcs_len: (linktype.0 & 0x0400_0000 != 0).then_some(((linktype.0 >> 28) * 2) as u8),
         });
         self.state = State::Pcap(PcapState {
             big_endian,
@@ -324,11 +328,13 @@ impl Parser {
                     tsoffset: 0,
                     section,
                     name: None,
+                    fcs_len: None,
                 };
                 for (code, value) in options(&body[8..], be) {
                     match code {
                         2 => iface.name = Some(String::from_utf8_lossy(value).trim_end_matches('\0').to_string()),
                         9 if !value.is_empty() => iface.tsresol = TsResolution::from_option(value[0]),
+                        13 if !value.is_empty() => iface.fcs_len = Some(value[0]),
                         14 if value.len() >= 8 => {
                             let v = [value[0], value[1], value[2], value[3], value[4], value[5], value[6], value[7]];
                             iface.tsoffset = if be { i64::from_be_bytes(v) } else { i64::from_le_bytes(v) };
