@@ -372,3 +372,6 @@ pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
+
+#[cfg(test)]
+mod tests;

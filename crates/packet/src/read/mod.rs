@@ -504,3 +504,6 @@ fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     }
     Ok(got)
 }
+
+#[cfg(test)]
+mod tests;
