@@ -42,8 +42,12 @@ fn info_reads_two_pcapng_sections_of_both_byte_orders() {
     assert_eq!(v["interfaces"], 3);
     assert_eq!(v["without_timestamp"], 1, "the simple packet block has no timestamp");
     assert_eq!(v["truncated_packets"], 1, "the obsolete packet block says 1514 on the wire, 54 captured");
-    let lts: Vec<(u64, u64)> =
-        v["link_types"].as_array().unwrap().iter().map(|l| (l["linktype"].as_u64().unwrap(), l["packets"].as_u64().unwrap())).collect();
+    let lts: Vec<(u64, u64)> = v["link_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["linktype"].as_u64().unwrap(), l["packets"].as_u64().unwrap()))
+        .collect();
     assert_eq!(lts, vec![(1, 3), (101, 1), (276, 1)]);
     // if_tsresol 2^-20 with if_tsoffset 10 s: 3.5 s + 10 s.
     assert_eq!(v["earliest_ns"], 13_500_000_000u64);
@@ -90,7 +94,11 @@ fn damage_is_reported_after_every_complete_record() {
         let lines = stderr_lines(&out);
         assert_eq!(lines.len(), 1, "{name}: one error line: {lines:?}");
         assert!(lines[0].starts_with("pcaptool: error: "), "{}", lines[0]);
-        assert!(lines[0].contains(name) && lines[0].contains(&format!("at byte {offset}")) && lines[0].contains(what), "{}", lines[0]);
+        assert!(
+            lines[0].contains(name) && lines[0].contains(&format!("at byte {offset}")) && lines[0].contains(what),
+            "{}",
+            lines[0]
+        );
     }
 }
 
@@ -196,12 +204,20 @@ fn convert_outputs_open_in_tcpdump_and_tshark() {
         if let Some(t) = tcpdump.as_ref().filter(|_| single_link) {
             // tcpdump reads the whole file and writes every packet on.
             let copy = dir.join("tcpdump-copy.pcap");
-            let o = Command::new(t).arg("--time-stamp-precision=nano").arg("-r").arg(&out).arg("-w").arg(&copy).output().unwrap();
+            let o = Command::new(t)
+                .arg("--time-stamp-precision=nano")
+                .arg("-r")
+                .arg(&out)
+                .arg("-w")
+                .arg(&copy)
+                .output()
+                .unwrap();
             assert!(o.status.success(), "tcpdump -r {a:?}: {}", String::from_utf8_lossy(&o.stderr));
             assert_eq!(timestamps(&copy), timestamps(&out), "tcpdump's copy {a:?}");
         }
         if let Some(t) = &tshark {
-            let o = Command::new(t).args(["-T", "fields", "-e", "frame.interface_id", "-r"]).arg(&out).output().unwrap();
+            let o =
+                Command::new(t).args(["-T", "fields", "-e", "frame.interface_id", "-r"]).arg(&out).output().unwrap();
             assert!(o.status.success(), "tshark -r {a:?}: {}", String::from_utf8_lossy(&o.stderr));
             assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), n_out, "tshark count {a:?}");
             if !*is_pcap && input.ends_with("pcapng-two-sections.pcapng") {
@@ -248,8 +264,12 @@ fn stdin_stdout_and_compressed_streams() {
 fn a_closed_pipe_is_not_an_error() {
     let dir = TempDir::new("cli-pipe-closed");
     let src = generated(&dir, 20_000);
-    let mut child =
-        Command::new(pcaptool_bin()).args(["convert", p(&src), "-"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(pcaptool_bin())
+        .args(["convert", p(&src), "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut first = [0u8; 100];
     child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
     drop(child.stdout.take());
@@ -262,7 +282,9 @@ fn info_text_shows_the_protocol_breakdown() {
     let out = pcaptool(&["info", p(&testdata("tunnels.pcap"))]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for proto in ["vlan", "mpls", "pppoe", "gre", "vxlan", "ip-fragment", "headers-cut-by-snaplen", "ipv6", "tcp", "udp", "icmp"] {
+    for proto in
+        ["vlan", "mpls", "pppoe", "gre", "vxlan", "ip-fragment", "headers-cut-by-snaplen", "ipv6", "tcp", "udp", "icmp"]
+    {
         assert!(text.lines().any(|l| l.trim_start().starts_with(proto)), "{proto} missing from:\n{text}");
     }
 }

@@ -185,7 +185,9 @@ fn corpus_agrees_with_capinfos() {
                 }
                 if why.is_empty() && by_tcpdump {
                     agree_tcpdump += 1;
-                    println!("note: {file}: capinfos' time span is off; per-packet times of tcpdump or tshark agree with pcaptool");
+                    println!(
+                        "note: {file}: capinfos' time span is off; per-packet times of tcpdump or tshark agree with pcaptool"
+                    );
                 } else if why.is_empty() {
                     agree += 1;
                 } else {
@@ -209,7 +211,12 @@ fn corpus_agrees_with_capinfos() {
         files.len(),
         disagreements.len()
     );
-    assert!(disagreements.is_empty(), "{} files disagree with capinfos:\n{}", disagreements.len(), disagreements.join("\n"));
+    assert!(
+        disagreements.is_empty(),
+        "{} files disagree with capinfos:\n{}",
+        disagreements.len(),
+        disagreements.join("\n")
+    );
 }
 
 fn precision_digits_of(printed: &str) -> u32 {
@@ -230,7 +237,9 @@ fn mapped_streamed_and_compressed_paths_agree_on_the_corpus() {
         if Compression::detect(&bytes).is_some() {
             continue;
         }
-        let mapped = TraceReader::open(&path).map(read_all).unwrap_or_else(|e| Ours { error: Some(e.to_string()), ..Ours::default() });
+        let mapped = TraceReader::open(&path)
+            .map(read_all)
+            .unwrap_or_else(|e| Ours { error: Some(e.to_string()), ..Ours::default() });
         let read = TraceReader::open_with(&path, ReadOptions::new().no_mmap(true)).map(read_all).unwrap();
         let streamed = read_all(stream_of(&path, bytes.clone()));
         let mut variants = vec![("read(2)", read), ("stream", streamed)];

@@ -9,7 +9,7 @@ use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, tool};
 use xtask::tracegen::{GenOptions, generate};
 
 /// (ts_ns, wirelen, data) of every record, and the damage that ended reading, if any.
-fn records(path: &Path) -> (Vec<(u64, u32, Vec<u8>)>, Option<String>) {
+fn records(path: &Path) -> Recs {
     let mut r = TraceReader::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut v = Vec::new();
     while let Some(rec) = r.next_record() {
@@ -149,7 +149,9 @@ fn pcap_to_pcapng_to_pcap_is_lossless_on_the_corpus() {
         same(&(again, None), &(orig, None), &format!("{file}: pcap -> pcapng -> pcap"));
         checked += 1;
     }
-    println!("round trip pcap/pcapng -> pcapng -> pcap byte-identical for {checked} corpus files; {refused} that pcap cannot hold (several link types, times past 2106) refused with a clear error");
+    println!(
+        "round trip pcap/pcapng -> pcapng -> pcap byte-identical for {checked} corpus files; {refused} that pcap cannot hold (several link types, times past 2106) refused with a clear error"
+    );
 }
 
 /// A nanosecond pcap from the generator written with a nanosecond header; tcpdump's own conversion is the oracle.

@@ -1,1 +1,3 @@
-pub(crate) fn run(_: &[String]) -> anyhow::Result<()> { anyhow::bail!("bench: not yet") }
+pub(crate) fn run(_: &[String]) -> anyhow::Result<()> {
+    anyhow::bail!("bench: not yet")
+}

@@ -19,6 +19,8 @@ commands:
   gen OUT [--packets N] [--size BYTES[K|M|G]] [--seed S] [--clients N] [--servers N]
                   write a deterministic Ethernet trace (pcap, ns) to OUT
   demo            generate a small trace in example/ and run `pcaptool info` on it
+  fuzz-seeds [DIR]
+                  seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
   bench [--size BYTES[K|M|G]] [--keep]
                   side-by-side benchmark of pcaptool and tcpdump on a generated trace";
 
@@ -28,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         Some("gen") => gen_cmd(&args[1..]),
         Some("demo") => demo(),
         Some("bench") => bench::run(&args[1..]),
+        Some("fuzz-seeds") => fuzz_seeds(args.get(1).map(PathBuf::from).unwrap_or_else(|| root().join("fuzz/seeds"))),
         _ => {
             eprintln!("{USAGE}");
             bail!("unknown or missing command")
@@ -119,6 +122,80 @@ fn demo() -> anyhow::Result<()> {
     run(Command::new(&bin).arg("convert").arg(&trace).arg(&ng))?;
     eprintln!("converted it to {} (pcapng, zstd); `pcaptool info` on it:\n", ng.display());
     run(Command::new(&bin).arg("info").arg(&ng))?;
+    Ok(())
+}
+
+/// Writes seeds for each fuzz target in the shape that target expects (see fuzz/fuzz_targets/).
+fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
+    use pcaptool_packet::{FileFormat, Records};
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(root().join("testdata"))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let corpus = root().join("../shared/corpus");
+    if let Ok(cat) = std::fs::read_to_string(corpus.join("CATALOGUE.tsv")) {
+        for line in cat.lines().skip(1) {
+            let mut f = line.split('\t');
+            let (Some(path), Some(bytes)) = (f.next(), f.next()) else { continue };
+            if bytes.parse::<u64>().is_ok_and(|b| b <= 4096) {
+                files.push(corpus.join(path));
+            }
+        }
+    } else {
+        eprintln!("note: ../shared/corpus is absent; seeds come from testdata/ only");
+    }
+    for t in ["pcap_reader", "pcapng_reader", "stream_reader", "decode"] {
+        std::fs::create_dir_all(dir.join(t))?;
+    }
+    let mut n = [0usize; 4];
+    for (i, path) in files.iter().enumerate() {
+        let Ok(data) = std::fs::read(path) else { continue };
+        std::fs::write(dir.join("stream_reader").join(format!("s{i}")), &data)?;
+        n[2] += 1;
+        let mut recs = Records::new(&data);
+        let first = recs.next();
+        match recs.format() {
+            Some(FileFormat::Pcap { big_endian, precision, modified, .. }) if data.len() >= 24 => {
+                let sel = match (precision, modified) {
+                    (_, true) => 2u8,
+                    (pcaptool_packet::TsPrecision::Nano, _) => 1,
+                    _ => 0,
+                } | if big_endian { 0x80 } else { 0 };
+                let mut seed = vec![sel];
+                seed.extend_from_slice(&data[24..]);
+                std::fs::write(dir.join("pcap_reader").join(format!("s{i}")), seed)?;
+                n[0] += 1;
+            }
+            Some(FileFormat::PcapNg { big_endian }) if data.len() >= 28 => {
+                let shb = if big_endian {
+                    u32::from_be_bytes(data[4..8].try_into()?)
+                } else {
+                    u32::from_le_bytes(data[4..8].try_into()?)
+                } as usize;
+                let mut seed = vec![u8::from(big_endian)];
+                seed.extend_from_slice(&data[shb.min(data.len())..]);
+                std::fs::write(dir.join("pcapng_reader").join(format!("s{i}")), seed)?;
+                n[1] += 1;
+            }
+            _ => {}
+        }
+        for (j, rec) in first.into_iter().chain(recs).take(4).enumerate() {
+            let Ok(rec) = rec else { break };
+            const LINKTYPES: [u32; 19] =
+                [0, 1, 8, 9, 12, 14, 50, 51, 101, 104, 105, 107, 108, 113, 127, 228, 229, 239, 276];
+            let Some(k) = LINKTYPES.iter().position(|&l| l == rec.linktype.base().0) else { break };
+            let mut seed = (k as u16).to_le_bytes().to_vec();
+            seed.extend_from_slice(rec.data);
+            std::fs::write(dir.join("decode").join(format!("s{i}-{j}")), seed)?;
+            n[3] += 1;
+        }
+    }
+    eprintln!(
+        "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}",
+        dir.display(),
+        n[0],
+        n[1],
+        n[2],
+        n[3]
+    );
     Ok(())
 }
 

@@ -124,7 +124,8 @@ struct Flow {
     id: u16,
 }
 
-const SERVER_PORTS: [(u16, u64); 8] = [(443, 50), (80, 20), (22, 5), (25, 3), (993, 3), (8080, 4), (3306, 2), (5432, 2)];
+const SERVER_PORTS: [(u16, u64); 8] =
+    [(443, 50), (80, 20), (22, 5), (25, 3), (993, 3), (8080, 4), (3306, 2), (5432, 2)];
 
 fn mac(prefix: u8, n: u32) -> [u8; 6] {
     let b = n.to_be_bytes();
@@ -183,7 +184,16 @@ impl Builder {
 
     /// IP header for `l4_len` bytes of payload; `frag` is (offset in 8-byte units, more fragments).
     #[allow(clippy::too_many_arguments)]
-    fn ip(&mut self, is_v6: bool, src: &[u8; 16], dst: &[u8; 16], proto: u8, l4_len: usize, id: u16, frag: (u16, bool)) {
+    fn ip(
+        &mut self,
+        is_v6: bool,
+        src: &[u8; 16],
+        dst: &[u8; 16],
+        proto: u8,
+        l4_len: usize,
+        id: u16,
+        frag: (u16, bool),
+    ) {
         if is_v6 {
             self.buf.extend_from_slice(&[0x60, 0, 0, 0]);
             self.buf.extend_from_slice(&(l4_len as u16).to_be_bytes());
@@ -324,7 +334,7 @@ fn new_flow(rng: &mut Rng, opt: &GenOptions, router: [u8; 6]) -> Flow {
 fn emit(b: &mut Builder, rng: &mut Rng, f: &mut Flow) {
     let salt = rng.next_u64();
     // Even steps go client to server, odd ones back (TCP data picks a direction at random).
-    let mut to_server = f.step % 2 == 0;
+    let mut to_server = f.step.is_multiple_of(2);
     let et = if f.v6 { 0x86dd } else { 0x0800 };
     match f.kind {
         Kind::Arp => {

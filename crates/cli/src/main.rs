@@ -63,7 +63,8 @@ pub(crate) fn chain(err: &anyhow::Error) -> String {
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|c| {
         c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
-            || c.downcast_ref::<pcaptool_packet::WriteError>()
-                .is_some_and(|e| matches!(e, pcaptool_packet::WriteError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe))
+            || c.downcast_ref::<pcaptool_packet::WriteError>().is_some_and(
+                |e| matches!(e, pcaptool_packet::WriteError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe),
+            )
     })
 }

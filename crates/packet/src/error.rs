@@ -57,7 +57,9 @@ pub enum ErrorKind {
         why: &'static str,
     },
     /// The trailing length of a pcapng block differs from the leading one.
-    #[error("pcapng block of type {block_type:#010x}: trailing length {trailing} differs from leading length {leading}")]
+    #[error(
+        "pcapng block of type {block_type:#010x}: trailing length {trailing} differs from leading length {leading}"
+    )]
     TrailingLength {
         /// The block type.
         block_type: u32,
@@ -162,9 +164,7 @@ pub enum WriteError {
     #[error("I/O error while writing: {0}")]
     Io(#[from] io::Error),
     /// A legacy pcap file holds one link type; the record has another.
-    #[error(
-        "pcap files hold one link type: the file has {file}, this packet has {packet}; write pcapng to keep both"
-    )]
+    #[error("pcap files hold one link type: the file has {file}, this packet has {packet}; write pcapng to keep both")]
     LinkTypeMismatch {
         /// The link type in the file header.
         file: crate::LinkType,

@@ -37,12 +37,7 @@ pub struct FlowKey {
 
 impl FlowKey {
     /// Builds the key of a packet going from `src` to `dst`, with its direction.
-    pub fn new(
-        src: (IpAddr, u16),
-        dst: (IpAddr, u16),
-        proto: IpProto,
-        vlan: u16,
-    ) -> (FlowKey, Direction) {
+    pub fn new(src: (IpAddr, u16), dst: (IpAddr, u16), proto: IpProto, vlan: u16) -> (FlowKey, Direction) {
         let (lo, hi, dir) = if src <= dst { (src, dst, Direction::LoToHi) } else { (dst, src, Direction::HiToLo) };
         (FlowKey { lo_addr: lo.0, hi_addr: hi.0, lo_port: lo.1, hi_port: hi.1, proto, vlan }, dir)
     }

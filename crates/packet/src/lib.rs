@@ -33,6 +33,8 @@
 mod decode;
 mod error;
 mod flow;
+#[doc(hidden)]
+pub mod fuzz_harness;
 mod read;
 mod sys;
 mod time;

@@ -4,7 +4,9 @@ use std::fmt;
 
 /// A time string that could not be understood.
 #[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
-#[error("cannot read time {input:?}: {why}; expected RFC 3339 (2024-05-01T12:00:00Z, 2024-05-01T12:00:00.5+02:00) or epoch seconds (1714564800.25)")]
+#[error(
+    "cannot read time {input:?}: {why}; expected RFC 3339 (2024-05-01T12:00:00Z, 2024-05-01T12:00:00.5+02:00) or epoch seconds (1714564800.25)"
+)]
 pub struct TimeParseError {
     /// The text given.
     pub input: String,
@@ -81,7 +83,13 @@ pub fn parse_time(input: &str) -> Result<u64, TimeParseError> {
         return secs.checked_mul(1_000_000_000).and_then(|v| v.checked_add(ns)).ok_or_else(|| err("time out of range"));
     }
     let b = t.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return Err(err("not of the form YYYY-MM-DDTHH:MM:SS"));
     }
     let y = digits(&t[0..4], input, "bad year")? as i64;

@@ -125,8 +125,7 @@ impl<W: Write> PcapNgWriter<W> {
         fcs_len: Option<u8>,
     ) -> Result<u32, WriteError> {
         let lt = linktype.base().0 as u16;
-        let fcs_len =
-            fcs_len.or_else(|| (linktype.0 & 0x0400_0000 != 0).then_some(((linktype.0 >> 28) * 2) as u8));
+        let fcs_len = fcs_len.or_else(|| (linktype.0 & 0x0400_0000 != 0).then_some(((linktype.0 >> 28) * 2) as u8));
         let mut opts = Vec::new();
         if let Some(f) = fcs_len {
             opts.extend_from_slice(&13u16.to_le_bytes());
@@ -292,7 +291,8 @@ impl<W: Write> TraceWriter<W> {
         match self.inner {
             Inner::PendingPcap(w, p) => {
                 let w = w.expect("pending writer present");
-                let (lt, snap) = ifaces.first().map(|i| (i.linktype, i.snaplen)).unwrap_or((LinkType::ETHERNET, 262_144));
+                let (lt, snap) =
+                    ifaces.first().map(|i| (i.linktype, i.snaplen)).unwrap_or((LinkType::ETHERNET, 262_144));
                 PcapWriter::new(w, lt, self.snaplen.unwrap_or(snap), p)?.finish()
             }
             Inner::Pcap(w) => w.finish(),

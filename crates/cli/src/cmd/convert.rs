@@ -167,7 +167,7 @@ fn copy(
             Some(Ok(r)) => r,
         };
         n += 1;
-        if n % 65536 == 0 {
+        if n.is_multiple_of(65536) {
             pb.set_position(rec.offset);
         }
         if args.after.is_some_and(|a| rec.ts_ns < a) || args.before.is_some_and(|b| rec.ts_ns >= b) {

@@ -119,7 +119,7 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
             }
         };
         n += 1;
-        if n % 65536 == 0 {
+        if n.is_multiple_of(65536) {
             pb.set_position(rec.offset);
         }
         info.packets += 1;
@@ -248,8 +248,12 @@ fn print_text(out: &mut impl Write, i: &FileInfo) -> io::Result<()> {
     let na = || "n/a".to_string();
     writeln!(out, "File name:           {}", i.file)?;
     let fmt = match (i.format, i.timestamp_precision) {
-        (Some(f), Some(p)) => format!("{f} ({p}, {}, version {})", i.byte_order.unwrap_or("?"), i.version.as_deref().unwrap_or("?")),
-        (Some(f), None) => format!("{f} ({}, version {})", i.byte_order.unwrap_or("?"), i.version.as_deref().unwrap_or("?")),
+        (Some(f), Some(p)) => {
+            format!("{f} ({p}, {}, version {})", i.byte_order.unwrap_or("?"), i.version.as_deref().unwrap_or("?"))
+        }
+        (Some(f), None) => {
+            format!("{f} ({}, version {})", i.byte_order.unwrap_or("?"), i.version.as_deref().unwrap_or("?"))
+        }
         _ => "unknown".into(),
     };
     writeln!(out, "File format:         {fmt}")?;

@@ -381,4 +381,3 @@ fn nflog(d: &mut Decoded, b: &[u8], off: usize) {
     }
     d.stop(Layer::Link, p.min(b.len()), StopReason::Unsupported);
 }
-

@@ -95,7 +95,9 @@ impl fmt::Display for Stop {
             StopReason::Truncated { needed } => {
                 write!(f, "{:?} header at offset {} is cut: {} bytes needed", self.layer, self.offset, needed)
             }
-            StopReason::Malformed(why) => write!(f, "{:?} header at offset {} is malformed: {}", self.layer, self.offset, why),
+            StopReason::Malformed(why) => {
+                write!(f, "{:?} header at offset {} is malformed: {}", self.layer, self.offset, why)
+            }
             StopReason::Unsupported => write!(f, "{:?} payload at offset {} is not decoded", self.layer, self.offset),
         }
     }

@@ -93,7 +93,10 @@ fn later_ipv4_fragment_has_no_ports() {
 fn snaplen_cut_keeps_what_is_there() {
     let d = tunnels()[7];
     assert_eq!(d.transport, Some(Transport::Tcp { src_port: 1, dst_port: 2, flags: 0, header_len: 0 }));
-    assert_eq!(d.stop, Some(Stop { layer: Layer::Transport, offset: 34, reason: StopReason::Truncated { needed: 20 } }));
+    assert_eq!(
+        d.stop,
+        Some(Stop { layer: Layer::Transport, offset: 34, reason: StopReason::Truncated { needed: 20 } })
+    );
     assert!(d.is_truncated());
 }
 
@@ -140,7 +143,16 @@ fn spec() -> impl Strategy<Value = Spec> {
         any::<u16>(),
         proptest::collection::vec(any::<u8>(), 0..64),
     )
-        .prop_map(|(vlans, v6, src, dst, l4, sport, dport, payload)| Spec { vlans, v6, src, dst, l4, sport, dport, payload })
+        .prop_map(|(vlans, v6, src, dst, l4, sport, dport, payload)| Spec {
+            vlans,
+            v6,
+            src,
+            dst,
+            l4,
+            sport,
+            dport,
+            payload,
+        })
 }
 
 fn build(s: &Spec) -> Vec<u8> {

@@ -396,7 +396,6 @@ impl TraceReader {
         }
     }
 
-
     /// The next record; `None` at the end of the trace or after an error has been returned.
     #[inline]
     pub fn next_record(&mut self) -> Option<Result<Record<'_>, TraceError>> {

@@ -280,7 +280,7 @@ impl Parser {
         if length < 12 {
             return Err(ErrorKind::BlockLength { block_type, length, why: "shorter than 12 bytes" });
         }
-        if length % 4 != 0 {
+        if !length.is_multiple_of(4) {
             return Err(ErrorKind::BlockLength { block_type, length, why: "not a multiple of 4" });
         }
         if length > MAX_BLOCK_LEN {
@@ -299,7 +299,11 @@ impl Parser {
         match block_type {
             PCAPNG_SHB => {
                 if body.len() < 16 {
-                    return Err(ErrorKind::BlockLength { block_type, length, why: "section header shorter than 28 bytes" });
+                    return Err(ErrorKind::BlockLength {
+                        block_type,
+                        length,
+                        why: "section header shorter than 28 bytes",
+                    });
                 }
                 let major = rd16(body, 4, be);
                 let minor = rd16(body, 6, be);
@@ -319,7 +323,11 @@ impl Parser {
             1 => {
                 // Interface description block.
                 if body.len() < 8 {
-                    return Err(ErrorKind::BlockLength { block_type, length, why: "interface description shorter than 20 bytes" });
+                    return Err(ErrorKind::BlockLength {
+                        block_type,
+                        length,
+                        why: "interface description shorter than 20 bytes",
+                    });
                 }
                 let mut iface = Interface {
                     linktype: LinkType(u32::from(rd16(body, 0, be))),
@@ -348,7 +356,11 @@ impl Parser {
             6 | 2 => {
                 // Enhanced packet block, or the obsolete packet block.
                 if body.len() < 20 {
-                    return Err(ErrorKind::BlockLength { block_type, length, why: "packet block shorter than 32 bytes" });
+                    return Err(ErrorKind::BlockLength {
+                        block_type,
+                        length,
+                        why: "packet block shorter than 32 bytes",
+                    });
                 }
                 let id = if block_type == 6 { rd32(body, 0, be) } else { u32::from(rd16(body, 0, be)) };
                 let declared = self.interfaces.len() as u32 - first_iface;
@@ -382,7 +394,11 @@ impl Parser {
             3 => {
                 // Simple packet block: interface 0, no timestamp, captured length implied.
                 if body.len() < 4 {
-                    return Err(ErrorKind::BlockLength { block_type, length, why: "simple packet block shorter than 16 bytes" });
+                    return Err(ErrorKind::BlockLength {
+                        block_type,
+                        length,
+                        why: "simple packet block shorter than 16 bytes",
+                    });
                 }
                 let declared = self.interfaces.len() as u32 - first_iface;
                 if declared == 0 {

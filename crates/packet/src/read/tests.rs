@@ -102,11 +102,11 @@ proptest! {
         let boundary = bounds.contains(&cut);
         let mut slice = Records::new(part);
         let mut stream = TraceReader::from_reader(Box::new(std::io::Cursor::new(part.to_vec())), None).unwrap();
-        for i in 0..complete {
+        for expected in full.iter().take(complete) {
             let a = slice.next().unwrap().unwrap();
             let b = stream.next_record().unwrap().unwrap();
-            prop_assert_eq!(a, full[i]);
-            prop_assert_eq!(b, full[i]);
+            prop_assert_eq!(a, *expected);
+            prop_assert_eq!(b, *expected);
         }
         let a = slice.next();
         let b = stream.next_record().map(|r| r.map(|_| ()));

@@ -1,0 +1,128 @@
+//! The bodies of the fuzz targets (fuzz/fuzz_targets/), here so that `cargo test` replays every saved crash input
+//! (fuzz/regressions/) through exactly the code the fuzzer ran. Not part of the stable API.
+
+use crate::{LinkType, Records, TraceReader, decode};
+
+/// Link types the decoder target chooses from (the first two input bytes pick one).
+pub const LINKTYPES: [u32; 19] = [0, 1, 8, 9, 12, 14, 50, 51, 101, 104, 105, 107, 108, 113, 127, 228, 229, 239, 276];
+
+fn w32(be: bool, v: u32) -> [u8; 4] {
+    if be { v.to_be_bytes() } else { v.to_le_bytes() }
+}
+
+fn w16(be: bool, v: u16) -> [u8; 2] {
+    if be { v.to_be_bytes() } else { v.to_le_bytes() }
+}
+
+/// Legacy pcap reader on arbitrary records behind a valid header; the first byte picks byte order and format.
+pub fn pcap_reader(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let magic: u32 = match sel % 3 {
+        0 => 0xa1b2_c3d4,
+        1 => 0xa1b2_3c4d,
+        _ => 0xa1b2_cd34,
+    };
+    let be = sel & 0x80 != 0;
+    let mut file = Vec::with_capacity(24 + rest.len());
+    file.extend_from_slice(&w32(be, magic));
+    file.extend_from_slice(&w16(be, 2));
+    file.extend_from_slice(&w16(be, 4));
+    file.extend_from_slice(&[0; 8]);
+    file.extend_from_slice(&w32(be, 65535));
+    file.extend_from_slice(&w32(be, u32::from(sel >> 3)));
+    file.extend_from_slice(rest);
+    let mut last_end = 24u64;
+    for rec in Records::new(&file) {
+        match rec {
+            Ok(r) => {
+                assert!(r.offset >= last_end, "records move forward");
+                last_end = r.offset + u64::from(r.record_len);
+                assert!(last_end <= file.len() as u64);
+                let _ = decode(r.linktype, r.data);
+            }
+            Err(e) => {
+                assert!(e.offset <= file.len() as u64);
+                let _ = e.to_string();
+                break;
+            }
+        }
+    }
+}
+
+/// pcapng reader on arbitrary blocks behind a valid section header (and, if bit 1 of the first byte is set, an
+/// Ethernet interface); bit 0 picks the byte order.
+pub fn pcapng_reader(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let be = sel & 1 == 1;
+    let mut file = Vec::with_capacity(48 + rest.len());
+    file.extend_from_slice(&[0x0a, 0x0d, 0x0d, 0x0a]);
+    file.extend_from_slice(&w32(be, 28));
+    file.extend_from_slice(&w32(be, 0x1a2b_3c4d));
+    file.extend_from_slice(&w16(be, 1));
+    file.extend_from_slice(&w16(be, 0));
+    file.extend_from_slice(&[0xff; 8]);
+    file.extend_from_slice(&w32(be, 28));
+    if sel & 2 == 2 {
+        file.extend_from_slice(&w32(be, 1));
+        file.extend_from_slice(&w32(be, 20));
+        file.extend_from_slice(&w16(be, 1));
+        file.extend_from_slice(&w16(be, 0));
+        file.extend_from_slice(&w32(be, 0));
+        file.extend_from_slice(&w32(be, 20));
+    }
+    file.extend_from_slice(rest);
+    let mut r = Records::new(&file);
+    for rec in r.by_ref() {
+        match rec {
+            Ok(rec) => {
+                assert!(rec.offset + u64::from(rec.record_len) <= file.len() as u64);
+                let _ = decode(rec.linktype, rec.data);
+            }
+            Err(e) => {
+                let _ = e.to_string();
+                break;
+            }
+        }
+    }
+    assert!(r.interfaces().len() <= file.len() / 20 + 1);
+}
+
+/// The streaming reader on arbitrary bytes; on uncompressed input it must agree with the slice reader.
+pub fn stream_reader(data: &[u8]) {
+    let Ok(mut s) = TraceReader::from_reader(Box::new(std::io::Cursor::new(data.to_vec())), None) else { return };
+    let compressed = s.compression().is_some();
+    let mut slice = Records::new(data);
+    loop {
+        let a =
+            s.next_record().map(|r| r.map(|r| (r.ts_ns, r.offset, r.wirelen, r.data.to_vec())).map_err(|e| e.offset));
+        let end = a.is_none() || matches!(a, Some(Err(_)));
+        if !compressed {
+            let b =
+                slice.next().map(|r| r.map(|r| (r.ts_ns, r.offset, r.wirelen, r.data.to_vec())).map_err(|e| e.offset));
+            assert_eq!(a, b, "stream and slice readers disagree");
+        }
+        if end {
+            break;
+        }
+    }
+}
+
+/// The decoder on an arbitrary packet of a link type picked by the first two bytes.
+pub fn decode_packet(data: &[u8]) {
+    if data.len() < 2 {
+        return;
+    }
+    let lt = LINKTYPES[usize::from(u16::from_le_bytes([data[0], data[1]])) % LINKTYPES.len()];
+    let pkt = &data[2..];
+    let d = decode(LinkType(lt), pkt);
+    for off in [d.l3_offset, d.l4_offset].into_iter().flatten() {
+        assert!(off as usize <= pkt.len());
+    }
+    if let Some(inner) = d.decode_inner(pkt) {
+        let _ = inner.flow();
+    }
+    let _ = d.flow();
+    if let Some(s) = d.stop {
+        let _ = s.to_string();
+    }
+}

@@ -1,0 +1,25 @@
+//! Replays every saved fuzz input (fuzz/regressions/<target>/) through the harness the fuzzer runs.
+
+use pcaptool_packet::fuzz_harness;
+use pcaptool_tests::repo_root;
+
+#[test]
+fn replay_fuzz_regressions() {
+    let mut n = 0;
+    for (target, f) in [
+        ("pcap_reader", fuzz_harness::pcap_reader as fn(&[u8])),
+        ("pcapng_reader", fuzz_harness::pcapng_reader),
+        ("stream_reader", fuzz_harness::stream_reader),
+        ("decode", fuzz_harness::decode_packet),
+    ] {
+        let dir = repo_root().join("fuzz/regressions").join(target);
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            f(&data);
+            n += 1;
+        }
+    }
+    assert!(n >= 10, "the regression folders are not empty");
+    println!("replayed {n} fuzz regression inputs");
+}
