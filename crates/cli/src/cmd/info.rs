@@ -108,8 +108,11 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
     info.file_bytes = std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len());
     let pb = progress::bytes(info.file_bytes, "info");
     let mut per_link: BTreeMap<u32, u64> = BTreeMap::new();
+    // Runs of one link type are counted here and added to `per_link` when the link type changes.
+    let mut run: Option<(u32, u64)> = None;
     let mut prev_ts: Option<u64> = None;
     let mut n = 0u64;
+    let mut protos = ProtoCounts::new();
     while let Some(rec) = reader.next_record() {
         let rec = match rec {
             Ok(r) => r,
@@ -128,7 +131,14 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
         if rec.is_truncated() {
             info.truncated_packets += 1;
         }
-        *per_link.entry(rec.linktype.0).or_default() += 1;
+        match &mut run {
+            Some((lt, n)) if *lt == rec.linktype.0 => *n += 1,
+            _ => {
+                if let Some((lt, n)) = run.replace((rec.linktype.0, 1)) {
+                    *per_link.entry(lt).or_default() += n;
+                }
+            }
+        }
         if rec.has_ts {
             let t = rec.ts_ns;
             info.first_ns.get_or_insert(t);
@@ -143,10 +153,14 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
             info.without_timestamp += 1;
         }
         if protocols {
-            classify(&decode(rec.linktype, rec.data), &mut info.protocols);
+            classify(&decode(rec.linktype, rec.data), &mut protos);
         }
     }
     pb.finish_and_clear();
+    info.protocols = protos.into_map();
+    if let Some((lt, n)) = run {
+        *per_link.entry(lt).or_default() += n;
+    }
     info.interfaces = reader.interfaces().len();
     info.link_types = per_link
         .into_iter()
@@ -181,66 +195,154 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
     Ok(info)
 }
 
+/// Protocol labels of the breakdown, in a fixed order so that per-packet counting is an array increment.
+const LABELS: [&str; 25] = [
+    "ethernet",
+    "vlan",
+    "mpls",
+    "pppoe",
+    "arp",
+    "ipv4",
+    "ipv6",
+    "ip-fragment",
+    "tcp",
+    "udp",
+    "sctp",
+    "icmp",
+    "icmp6",
+    "igmp",
+    "other-transport",
+    "esp",
+    "ah",
+    "ospf",
+    "pim",
+    "vrrp",
+    "other-ip",
+    "non-ip",
+    "gre",
+    "erspan",
+    "headers-cut-by-snaplen",
+];
+const TUNNEL_LABELS: [&str; 5] = ["ip-in-ip", "vxlan", "geneve", "gtp-u", "tunnel"];
+
+/// Per-packet protocol counts.
+#[derive(Debug)]
+struct ProtoCounts([u64; LABELS.len() + TUNNEL_LABELS.len()]);
+
+impl ProtoCounts {
+    fn new() -> ProtoCounts {
+        ProtoCounts([0; LABELS.len() + TUNNEL_LABELS.len()])
+    }
+
+    fn into_map(self) -> BTreeMap<&'static str, u64> {
+        LABELS.iter().chain(TUNNEL_LABELS.iter()).zip(self.0).filter(|(_, n)| *n > 0).map(|(l, n)| (*l, n)).collect()
+    }
+}
+
+/// Index of a label, resolved at compile time.
+const fn idx(label: &str) -> usize {
+    let all = LABELS;
+    let mut i = 0;
+    while i < all.len() {
+        if const_eq(all[i], label) {
+            return i;
+        }
+        i += 1;
+    }
+    let mut j = 0;
+    while j < TUNNEL_LABELS.len() {
+        if const_eq(TUNNEL_LABELS[j], label) {
+            return LABELS.len() + j;
+        }
+        j += 1;
+    }
+    panic!("unknown label")
+}
+
+const fn const_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Counts the protocols a packet contains, outer headers and tunnels.
-fn classify(d: &Decoded, counts: &mut BTreeMap<&'static str, u64>) {
-    let mut add = |k: &'static str| *counts.entry(k).or_default() += 1;
+fn classify(d: &Decoded, counts: &mut ProtoCounts) {
+    macro_rules! add {
+        ($l:literal) => {{
+            const I: usize = idx($l);
+            counts.0[I] += 1;
+        }};
+    }
     if d.eth.is_some() {
-        add("ethernet");
+        add!("ethernet");
     }
     if d.vlan_count > 0 {
-        add("vlan");
+        add!("vlan");
     }
     if d.mpls_count > 0 {
-        add("mpls");
+        add!("mpls");
     }
     if d.pppoe_session.is_some() {
-        add("pppoe");
+        add!("pppoe");
     }
     if d.arp.is_some() {
-        add("arp");
+        add!("arp");
     }
     match d.ip {
         Some(ip) => {
-            add(if ip.version == 4 { "ipv4" } else { "ipv6" });
+            if ip.version == 4 {
+                add!("ipv4")
+            } else {
+                add!("ipv6")
+            }
             if ip.fragment.is_some() {
-                add("ip-fragment");
+                add!("ip-fragment");
             }
             match d.transport {
-                Some(Transport::Tcp { .. }) => add("tcp"),
-                Some(Transport::Udp { .. }) => add("udp"),
-                Some(Transport::Sctp { .. }) => add("sctp"),
-                Some(Transport::Icmp { .. }) => add("icmp"),
-                Some(Transport::Icmpv6 { .. }) => add("icmp6"),
-                Some(Transport::Igmp { .. }) => add("igmp"),
-                Some(_) => add("other-transport"),
+                Some(Transport::Tcp { .. }) => add!("tcp"),
+                Some(Transport::Udp { .. }) => add!("udp"),
+                Some(Transport::Sctp { .. }) => add!("sctp"),
+                Some(Transport::Icmp { .. }) => add!("icmp"),
+                Some(Transport::Icmpv6 { .. }) => add!("icmp6"),
+                Some(Transport::Igmp { .. }) => add!("igmp"),
+                Some(_) => add!("other-transport"),
                 None if ip.fragment.is_some_and(|f| !f.is_first()) => {}
-                None if d.tunnel.is_none() => add(match ip.proto.name() {
-                    Some("esp") => "esp",
-                    Some("ah") => "ah",
-                    Some("ospf") => "ospf",
-                    Some("pim") => "pim",
-                    Some("vrrp") => "vrrp",
-                    _ => "other-ip",
-                }),
+                None if d.tunnel.is_none() => match ip.proto.name() {
+                    Some("esp") => add!("esp"),
+                    Some("ah") => add!("ah"),
+                    Some("ospf") => add!("ospf"),
+                    Some("pim") => add!("pim"),
+                    Some("vrrp") => add!("vrrp"),
+                    _ => add!("other-ip"),
+                },
                 None => {}
             }
         }
-        None if d.arp.is_none() => add("non-ip"),
+        None if d.arp.is_none() => add!("non-ip"),
         None => {}
     }
     if let Some(t) = d.tunnel {
-        add(match t.kind {
-            TunnelKind::Gre => "gre",
-            TunnelKind::Erspan => "erspan",
-            TunnelKind::IpInIp => "ip-in-ip",
-            TunnelKind::Vxlan => "vxlan",
-            TunnelKind::Geneve => "geneve",
-            TunnelKind::GtpU => "gtp-u",
-            _ => "tunnel",
-        });
+        match t.kind {
+            TunnelKind::Gre => add!("gre"),
+            TunnelKind::Erspan => add!("erspan"),
+            TunnelKind::IpInIp => add!("ip-in-ip"),
+            TunnelKind::Vxlan => add!("vxlan"),
+            TunnelKind::Geneve => add!("geneve"),
+            TunnelKind::GtpU => add!("gtp-u"),
+            _ => add!("tunnel"),
+        }
     }
     if d.is_truncated() {
-        add("headers-cut-by-snaplen");
+        add!("headers-cut-by-snaplen");
     }
 }
 

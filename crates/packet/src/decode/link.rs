@@ -28,6 +28,10 @@ pub(super) fn decode_link(d: &mut Decoded, b: &[u8], off: usize) {
             }
         }
         105 => ieee802_11(d, b, off),
+        7 | 129 => arcnet(d, b, off, d.linktype.0 & 0xffff == 129),
+        192 => ppi(d, b, off),
+        226 => ipnet(d, b, off),
+        258 => pktap(d, b, off),
         127 => radiotap(d, b, off),
         239 => nflog(d, b, off),
         _ => d.stop(Layer::Link, off, StopReason::Unsupported),
@@ -101,6 +105,61 @@ pub(super) fn ethertype(d: &mut Decoded, b: &[u8], mut off: usize, mut ty: Ether
         EtherType::ARP | EtherType::RARP => net::arp(d, b, off),
         EtherType::MPLS | EtherType::MPLS_MC => mpls(d, b, off),
         EtherType::PPPOE_SESS => pppoe(d, b, off, true),
+        // Tags that sit between the MAC header and the payload's EtherType.
+        EtherType(0x8926) => skip_tag(d, b, off, 4), // VN-Tag
+        EtherType(0x893f) => skip_tag(d, b, off, 6), // IEEE 802.1BR E-Tag
+        EtherType(0x88e5) => macsec(d, b, off),
+        EtherType(0x894f) => nsh(d, b, off),
+        _ => d.stop(Layer::Link, off, StopReason::Unsupported),
+    }
+}
+
+/// A fixed-size tag followed by the next EtherType.
+fn skip_tag(d: &mut Decoded, b: &[u8], off: usize, len: usize) {
+    if b.len() < off + len + 2 {
+        d.truncated(Layer::Link, off, len + 2);
+        return;
+    }
+    ethertype(d, b, off + len + 2, EtherType(be16(b, off + len)))
+}
+
+/// MACsec SecTAG: the payload is readable only when it is not encrypted (integrity only).
+fn macsec(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 6 {
+        d.truncated(Layer::Link, off, 6);
+        return;
+    }
+    let tci = b[off];
+    if tci & 0x0c != 0 {
+        // E (encrypted) or C (changed text) bit: the payload is ciphertext.
+        d.stop(Layer::Link, off, StopReason::Unsupported);
+        return;
+    }
+    let len = if tci & 0x20 != 0 { 14 } else { 6 };
+    skip_tag(d, b, off, len)
+}
+
+/// Network Service Header (RFC 8300): length in 4-byte words, then IPv4, IPv6 or Ethernet.
+fn nsh(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 8 {
+        d.truncated(Layer::Link, off, 8);
+        return;
+    }
+    let len = usize::from(b[off + 1] & 0x3f) * 4;
+    if len < 8 {
+        d.stop(Layer::Link, off, StopReason::Malformed("NSH length below 8 bytes"));
+        return;
+    }
+    match b[off + 3] {
+        1 => {
+            d.ethertype = Some(EtherType::IPV4);
+            net::ipv4(d, b, off + len)
+        }
+        2 => {
+            d.ethertype = Some(EtherType::IPV6);
+            net::ipv6(d, b, off + len)
+        }
+        3 => ethernet(d, b, off + len),
         _ => d.stop(Layer::Link, off, StopReason::Unsupported),
     }
 }
@@ -271,14 +330,18 @@ fn frelay(d: &mut Decoded, b: &[u8], off: usize) {
         d.truncated(Layer::Link, off, 4);
         return;
     }
-    // Two-byte address (EA bit ends it), then control 0x03, then an optional pad and the NLPID.
+    // Two-byte address (EA bit ends it), then either control 0x03 with an optional pad and the NLPID (RFC 2427),
+    // or an EtherType directly (Cisco encapsulation).
     let mut p = off + 2;
     if b[off + 1] & 1 == 0 {
         p += 1;
     }
-    if b.len() < p + 2 || b[p] != 0x03 {
-        d.stop(Layer::Link, off, StopReason::Unsupported);
+    if b.len() < p + 2 {
+        d.truncated(Layer::Link, off, p + 2 - off);
         return;
+    }
+    if b[p] != 0x03 {
+        return ethertype(d, b, p + 2, EtherType(be16(b, p)));
     }
     p += 1;
     if b[p] == 0 {
@@ -346,6 +409,101 @@ fn ieee802_11(d: &mut Decoded, b: &[u8], off: usize) {
         }
     }
     llc(d, b, off + hl)
+}
+
+/// ARCnet (RFC 1051 and RFC 1201 framing); the Linux variant has two more bytes (an offset) before the protocol id.
+fn arcnet(d: &mut Decoded, b: &[u8], off: usize, linux: bool) {
+    let p = off + if linux { 4 } else { 2 };
+    if b.len() <= p {
+        d.truncated(Layer::Link, off, p + 1 - off);
+        return;
+    }
+    let proto = b[p];
+    // RFC 1201 types carry a split flag and a sequence number; an exception packet (split flag 0xff) four more.
+    let rfc1201 = matches!(proto, 0xd4 | 0xd5 | 0xd6 | 0xc4);
+    let mut start = p + 1;
+    if rfc1201 {
+        if b.len() < p + 4 {
+            d.truncated(Layer::Link, off, p + 4 - off);
+            return;
+        }
+        start = p + 4;
+        if b[p + 1] == 0xff {
+            start += 4;
+        }
+    }
+    match proto {
+        0xd4 | 0xf0 => {
+            d.ethertype = Some(EtherType::IPV4);
+            net::ipv4(d, b, start)
+        }
+        0xc4 => {
+            d.ethertype = Some(EtherType::IPV6);
+            net::ipv6(d, b, start)
+        }
+        0xd5 | 0xf1 => {
+            d.ethertype = Some(EtherType::ARP);
+            net::arp(d, b, start)
+        }
+        _ => d.stop(Layer::Link, p, StopReason::Unsupported),
+    }
+}
+
+/// Per-Packet Information header (its length at bytes 2-3 and the payload's link type at 4-7, little-endian).
+fn ppi(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 8 {
+        d.truncated(Layer::Link, off, 8);
+        return;
+    }
+    let len = usize::from(u16::from_le_bytes([b[off + 2], b[off + 3]]));
+    let dlt = u32::from_le_bytes([b[off + 4], b[off + 5], b[off + 6], b[off + 7]]);
+    inner_link(d, b, off, len, dlt)
+}
+
+/// Apple's PKTAP: header length and the payload's link type at bytes 0-3 and 4-7 (host order, little-endian).
+fn pktap(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 8 {
+        d.truncated(Layer::Link, off, 8);
+        return;
+    }
+    let len = u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]) as usize;
+    let dlt = u32::from_le_bytes([b[off + 4], b[off + 5], b[off + 6], b[off + 7]]);
+    inner_link(d, b, off, len, dlt)
+}
+
+/// Decodes the payload of a pseudo-header as its own link type (no nesting of pseudo-headers).
+fn inner_link(d: &mut Decoded, b: &[u8], off: usize, len: usize, dlt: u32) {
+    if len < 8 || dlt == 192 || dlt == 258 {
+        d.stop(Layer::Link, off, StopReason::Malformed("pseudo-header length or payload link type"));
+        return;
+    }
+    if b.len() < off + len {
+        d.truncated(Layer::Link, off, len);
+        return;
+    }
+    let outer = d.linktype;
+    d.linktype = crate::LinkType(dlt);
+    decode_link(d, b, off + len);
+    d.linktype = outer;
+}
+
+/// illumos/Solaris IPNET: a 24-byte header whose second byte is the address family.
+fn ipnet(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 24 {
+        d.truncated(Layer::Link, off, 24);
+        return;
+    }
+    match b[off + 1] {
+        2 => {
+            d.ethertype = Some(EtherType::IPV4);
+            net::ipv4(d, b, off + 24)
+        }
+        26 => {
+            d.ethertype = Some(EtherType::IPV6);
+            net::ipv6(d, b, off + 24)
+        }
+        _ => d.stop(Layer::Link, off, StopReason::Unsupported),
+    }
 }
 
 /// Linux NFLOG: a 4-byte header then TLVs; the payload TLV (type 9) holds the IP packet.
