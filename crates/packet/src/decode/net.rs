@@ -7,6 +7,11 @@ use super::{Arp, Decoded, Fragment, Ip, Layer, StopReason, be16, be32};
 use crate::types::IpProto;
 
 pub(super) fn ipv4(d: &mut Decoded, b: &[u8], off: usize) {
+    if off > b.len() {
+        // A length field of an outer header points past the captured bytes.
+        d.truncated(Layer::Ipv4, off, 20);
+        return;
+    }
     d.l3_offset = Some(off as u32);
     if b.len() < off + 20 {
         d.truncated(Layer::Ipv4, off, 20);
@@ -51,6 +56,11 @@ pub(super) fn ipv4(d: &mut Decoded, b: &[u8], off: usize) {
 }
 
 pub(super) fn ipv6(d: &mut Decoded, b: &[u8], off: usize) {
+    if off > b.len() {
+        // A length field of an outer header points past the captured bytes.
+        d.truncated(Layer::Ipv6, off, 40);
+        return;
+    }
     d.l3_offset = Some(off as u32);
     if b.len() < off + 40 {
         d.truncated(Layer::Ipv6, off, 40);
@@ -136,6 +146,11 @@ pub(super) fn ipv6(d: &mut Decoded, b: &[u8], off: usize) {
 }
 
 pub(super) fn arp(d: &mut Decoded, b: &[u8], off: usize) {
+    if off > b.len() {
+        // A length field of an outer header points past the captured bytes.
+        d.truncated(Layer::Arp, off, 8);
+        return;
+    }
     d.l3_offset = Some(off as u32);
     if b.len() < off + 8 {
         d.truncated(Layer::Arp, off, 8);

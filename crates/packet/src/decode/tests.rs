@@ -241,6 +241,9 @@ proptest! {
             Just(276), any::<u32>()],
         bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let d = decode(LinkType(lt), &bytes);
+        for off in [d.l3_offset, d.l4_offset].into_iter().flatten() {
+            prop_assert!(off as usize <= bytes.len());
+        }
         if let Some(t) = d.tunnel {
             let _ = d.decode_inner(&bytes);
             prop_assert!(t.inner_offset as usize <= bytes.len());

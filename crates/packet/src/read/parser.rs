@@ -495,6 +495,46 @@ mod tests {
         assert_eq!(TsResolution::Decimal(6).to_ns(0, -5), 0);
     }
 
+    fn shb_idb(snaplen: u32) -> Vec<u8> {
+        let mut b = vec![0x0a, 0x0d, 0x0d, 0x0a];
+        b.extend_from_slice(&28u32.to_le_bytes());
+        b.extend_from_slice(&PCAPNG_BOM.to_le_bytes());
+        b.extend_from_slice(&[1, 0, 0, 0]);
+        b.extend_from_slice(&[0xff; 8]);
+        b.extend_from_slice(&28u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&20u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&snaplen.to_le_bytes());
+        b.extend_from_slice(&20u32.to_le_bytes());
+        b
+    }
+
+    /// A simple packet block's captured length is the smallest of the original length, the bytes in the block and
+    /// the interface's snaplen (pcap-parser 0.17 inverts its `truncated()` here).
+    #[test]
+    fn simple_packet_block_lengths() {
+        for (snaplen, origlen, body, want_caplen) in [(0u32, 10u32, 12usize, 10u32), (0, 100, 12, 12), (8, 100, 12, 8)]
+        {
+            let mut b = shb_idb(snaplen);
+            let start = b.len();
+            let total = 16 + body as u32;
+            b.extend_from_slice(&3u32.to_le_bytes());
+            b.extend_from_slice(&total.to_le_bytes());
+            b.extend_from_slice(&origlen.to_le_bytes());
+            b.extend_from_slice(&vec![0xab; body]);
+            b.extend_from_slice(&total.to_le_bytes());
+            let recs: Vec<_> = crate::Records::new(&b).collect::<Result<_, _>>().unwrap();
+            assert_eq!(recs.len(), 1);
+            assert_eq!(recs[0].caplen(), want_caplen, "snaplen {snaplen} origlen {origlen}");
+            assert_eq!(recs[0].wirelen, origlen);
+            assert_eq!(recs[0].is_truncated(), want_caplen < origlen);
+            assert!(!recs[0].has_ts);
+            assert_eq!(recs[0].offset, start as u64);
+        }
+    }
+
     #[test]
     fn pcapng_block_length_4_to_11_is_an_error_not_a_panic() {
         for len in [0u32, 4, 8, 11] {

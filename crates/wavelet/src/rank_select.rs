@@ -1,0 +1,47 @@
+//! The common interface of bit vectors with rank and select, so that wavelet trees are generic over it.
+
+/// A bit vector answering `access`, `rank` and `select`.
+///
+/// Conventions (as in the succinct-data-structure literature and sucds): `rank1(i)` counts the ones in positions
+/// `[0, i)` for `i <= len`; `select1(k)` is the position of the `k`-th one counting from 0, `None` when there are
+/// not that many.
+pub trait BitVector {
+    /// Number of bits.
+    fn len(&self) -> usize;
+    /// Whether the vector has no bits.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Number of ones.
+    fn count_ones(&self) -> usize;
+    /// Number of zeros.
+    fn count_zeros(&self) -> usize {
+        self.len() - self.count_ones()
+    }
+    /// Bit `i` (`i < len`; panics otherwise).
+    fn access(&self, i: usize) -> bool;
+    /// Ones in `[0, i)`, `i <= len` (panics otherwise).
+    fn rank1(&self, i: usize) -> usize;
+    /// Zeros in `[0, i)`, `i <= len`.
+    fn rank0(&self, i: usize) -> usize {
+        i - self.rank1(i)
+    }
+    /// Bit `i` and the ones in `[0, i)` together (one directory lookup where the vector allows).
+    fn access_rank1(&self, i: usize) -> (bool, usize) {
+        (self.access(i), self.rank1(i))
+    }
+    /// Position of the `k`-th one (from 0).
+    fn select1(&self, k: usize) -> Option<usize>;
+    /// Position of the `k`-th zero (from 0).
+    fn select0(&self, k: usize) -> Option<usize>;
+    /// Bytes used, directories included.
+    fn size_in_bytes(&self) -> usize;
+}
+
+/// A bit vector that can be built from packed bits; `Params` are its tuning knobs.
+pub trait BuildBitVector: BitVector + Sized {
+    /// Tuning parameters (sampling rate, block size).
+    type Params: Copy + Default + std::fmt::Debug;
+    /// Builds from `len` bits packed in `words` (bits past `len` must be zero).
+    fn build(words: Vec<u64>, len: usize, params: Self::Params) -> Self;
+}

@@ -1,0 +1,389 @@
+//! A plain bit vector with sampled rank and select directories (González et al.'s "RG", the paper's default).
+//!
+//! Rank: a cumulative count every `rate` words, plus popcounts of at most `rate - 1` words. Select: the rank samples
+//! are binary-searched between hints kept every 4096 ones (and zeros). Space: `n` bits plus `n / rate` bits of rank
+//! samples (`rate` = 8: 12.5%) plus 2 words per 4096 ones and zeros.
+
+use std::io::{self, Write};
+
+use crate::bits::select_in_word;
+use crate::error::Error;
+use crate::format::{BitVectorCodec, DecodeBitVector, Encode, Reader, Writer, array_words, kind};
+use crate::rank_select::{BitVector, BuildBitVector};
+use crate::words::{LeBytes, Words};
+
+/// Every this many ones (zeros) a select hint is kept.
+const SELECT_SAMPLE: usize = 4096;
+
+/// Parameters of [`RsBitVector`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RsParams {
+    /// Words per rank sample, 1 to 64 (the paper's RG sampling factor counts 32-bit words; here 64-bit).
+    pub rate: usize,
+}
+
+impl Default for RsParams {
+    fn default() -> RsParams {
+        RsParams { rate: 8 }
+    }
+}
+
+/// A plain bit vector with rank/select directories, over owned words or borrowed bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RsBitVector<W = Vec<u64>> {
+    len: usize,
+    ones: usize,
+    rate: usize,
+    bits: W,
+    /// `samples[j]` = ones in words `[0, j * rate)`; one more sample at the end.
+    samples: W,
+    /// `hints1[t]` = index of the rank sample block holding the `(t * SELECT_SAMPLE)`-th one.
+    hints1: W,
+    /// Same for zeros.
+    hints0: W,
+}
+
+fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64>, Vec<u64>, usize) {
+    let nwords = bits.num_words();
+    let nblocks = nwords.div_ceil(rate);
+    let mut samples = Vec::with_capacity(nblocks + 1);
+    let mut hints1 = Vec::new();
+    let mut hints0 = Vec::new();
+    let mut ones = 0usize;
+    for b in 0..nblocks {
+        samples.push(ones as u64);
+        let zeros_before = (b * rate * 64).min(len) - ones;
+        let mut block_ones = 0;
+        for w in b * rate..((b + 1) * rate).min(nwords) {
+            block_ones += bits.word(w).count_ones() as usize;
+        }
+        let block_bits = (((b + 1) * rate * 64).min(len)).saturating_sub(b * rate * 64);
+        let block_zeros = block_bits - block_ones;
+        // Hints for every multiple of SELECT_SAMPLE that falls inside this block.
+        while hints1.len() * SELECT_SAMPLE < ones + block_ones {
+            hints1.push(b as u64);
+        }
+        while hints0.len() * SELECT_SAMPLE < zeros_before + block_zeros {
+            hints0.push(b as u64);
+        }
+        ones += block_ones;
+    }
+    samples.push(ones as u64);
+    (samples, hints1, hints0, ones)
+}
+
+impl BuildBitVector for RsBitVector {
+    type Params = RsParams;
+
+    fn build(words: Vec<u64>, len: usize, params: RsParams) -> RsBitVector {
+        assert!((1..=64).contains(&params.rate), "rate must be 1 to 64 words");
+        assert_eq!(words.len(), len.div_ceil(64), "words and length disagree");
+        let (samples, hints1, hints0, ones) = directories(&words, len, params.rate);
+        RsBitVector { len, ones, rate: params.rate, bits: words, samples, hints1, hints0 }
+    }
+}
+
+impl RsBitVector {
+    /// Builds from bits with the default parameters.
+    pub fn from_bits(bits: impl IntoIterator<Item = bool>) -> RsBitVector {
+        let (words, len) = crate::BitBuf::from_bits(bits).into_parts();
+        RsBitVector::build(words, len, RsParams::default())
+    }
+}
+
+impl<W: Words> RsBitVector<W> {
+    /// Words per rank sample.
+    pub fn rate(&self) -> usize {
+        self.rate
+    }
+
+    #[inline]
+    fn word(&self, i: usize) -> u64 {
+        self.bits.word(i)
+    }
+
+    /// Binary search in the rank samples for the block holding the k-th one (ones = true) or zero.
+    #[inline]
+    fn find_block(&self, k: usize, ones: bool) -> usize {
+        let hints = if ones { &self.hints1 } else { &self.hints0 };
+        let t = k / SELECT_SAMPLE;
+        let mut lo = hints.word(t) as usize;
+        let mut hi =
+            if t + 1 < hints.num_words() { hints.word(t + 1) as usize + 1 } else { self.samples.num_words() - 1 };
+        // Invariant: count_before(lo) <= k < count_before(hi).
+        let count_before = |b: usize| -> usize {
+            let s = self.samples.word(b) as usize;
+            if ones { s } else { (b * self.rate * 64).min(self.len) - s }
+        };
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if count_before(mid) <= k {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn select(&self, k: usize, ones: bool) -> Option<usize> {
+        let total = if ones { self.ones } else { self.len - self.ones };
+        if k >= total {
+            return None;
+        }
+        let b = self.find_block(k, ones);
+        let s = self.samples.word(b) as usize;
+        let mut rem = k - if ones { s } else { b * self.rate * 64 - s };
+        let mut w = b * self.rate;
+        loop {
+            let x = if ones { self.word(w) } else { !self.word(w) };
+            let c = x.count_ones() as usize;
+            if rem < c {
+                return Some(w * 64 + select_in_word(x, rem as u32) as usize);
+            }
+            rem -= c;
+            w += 1;
+        }
+    }
+}
+
+impl<W: Words> BitVector for RsBitVector<W> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn count_ones(&self) -> usize {
+        self.ones
+    }
+
+    #[inline]
+    fn access(&self, i: usize) -> bool {
+        assert!(i < self.len, "access({i}) on {} bits", self.len);
+        self.word(i / 64) >> (i % 64) & 1 == 1
+    }
+
+    #[inline]
+    fn rank1(&self, i: usize) -> usize {
+        assert!(i <= self.len, "rank1({i}) on {} bits", self.len);
+        let w = i / 64;
+        let b = w / self.rate;
+        let mut r = self.samples.word(b) as usize;
+        for j in b * self.rate..w {
+            r += self.word(j).count_ones() as usize;
+        }
+        let bit = i % 64;
+        if bit > 0 {
+            r += (self.word(w) & ((1u64 << bit) - 1)).count_ones() as usize;
+        }
+        r
+    }
+
+    #[inline]
+    fn access_rank1(&self, i: usize) -> (bool, usize) {
+        assert!(i < self.len, "access({i}) on {} bits", self.len);
+        let w = i / 64;
+        let b = w / self.rate;
+        let mut r = self.samples.word(b) as usize;
+        for j in b * self.rate..w {
+            r += self.word(j).count_ones() as usize;
+        }
+        let x = self.word(w);
+        let bit = i % 64;
+        r += (x & ((1u64 << bit) - 1)).count_ones() as usize;
+        (x >> bit & 1 == 1, r)
+    }
+
+    fn select1(&self, k: usize) -> Option<usize> {
+        self.select(k, true)
+    }
+
+    fn select0(&self, k: usize) -> Option<usize> {
+        self.select(k, false)
+    }
+
+    fn size_in_bytes(&self) -> usize {
+        self.bits.size_in_bytes()
+            + self.samples.size_in_bytes()
+            + self.hints1.size_in_bytes()
+            + self.hints0.size_in_bytes()
+            + 4 * 8
+    }
+}
+
+impl<W: Words> RsBitVector<W> {
+    pub(crate) fn encoded_words(&self) -> u64 {
+        3 + array_words(self.bits.num_words())
+            + array_words(self.samples.num_words())
+            + array_words(self.hints1.num_words())
+            + array_words(self.hints0.num_words())
+    }
+
+    pub(crate) fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
+        w.word(self.len as u64)?;
+        w.word(self.rate as u64)?;
+        w.word(self.ones as u64)?;
+        for a in [&self.bits, &self.samples, &self.hints1, &self.hints0] {
+            w.array((0..a.num_words()).map(|i| a.word(i)), a.num_words())?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Words> BitVectorCodec for RsBitVector<W> {
+    const KIND: u64 = kind::RS_BIT_VECTOR;
+    fn encoded_words(&self) -> u64 {
+        RsBitVector::encoded_words(self)
+    }
+    fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
+        RsBitVector::encode_into(self, w)
+    }
+}
+
+impl<'a> DecodeBitVector<'a> for RsBitVector<LeBytes<'a>> {
+    const KIND: u64 = kind::RS_BIT_VECTOR;
+    fn decode_nested(r: &mut Reader<'a>) -> Result<Self, Error> {
+        RsBitVector::decode(r)
+    }
+}
+
+impl<W: Words> Encode for RsBitVector<W> {
+    fn body_words(&self) -> u64 {
+        self.encoded_words()
+    }
+    fn encode_body<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
+        self.encode_into(w)
+    }
+    fn kind(&self) -> u64 {
+        kind::RS_BIT_VECTOR
+    }
+}
+
+fn same(stored: &LeBytes<'_>, computed: &[u64]) -> bool {
+    stored.num_words() == computed.len() && computed.iter().enumerate().all(|(i, &v)| stored.word(i) == v)
+}
+
+impl<'a> RsBitVector<LeBytes<'a>> {
+    /// Loads a file written by [`Encode::write_to`] without copying, validating every field.
+    pub fn from_bytes(bytes: &'a [u8]) -> Result<RsBitVector<LeBytes<'a>>, Error> {
+        let mut r = Reader::open(bytes, kind::RS_BIT_VECTOR)?;
+        let v = RsBitVector::decode(&mut r)?;
+        r.finish()?;
+        Ok(v)
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'a>) -> Result<RsBitVector<LeBytes<'a>>, Error> {
+        let at = r.offset();
+        let len = r.count("bit length", u64::MAX)?;
+        let rate = r.count("rate", 64)?;
+        let ones = r.count("ones", len as u64)?;
+        let bits = r.array("bits")?;
+        let samples = r.array("rank samples")?;
+        let hints1 = r.array("select1 hints")?;
+        let hints0 = r.array("select0 hints")?;
+        let bad = |what, why| Error::Invalid { what, offset: at, why };
+        if rate == 0 {
+            return Err(bad("rate", "zero"));
+        }
+        if bits.num_words() != len.div_ceil(64) {
+            return Err(bad("bits", "word count does not match the bit length"));
+        }
+        if len % 64 != 0 && bits.word(bits.num_words() - 1) >> (len % 64) != 0 {
+            return Err(bad("bits", "bits set past the end"));
+        }
+        // The directories must be exactly what building would compute: recompute and compare (linear time).
+        let (s, h1, h0, n1) = directories(&bits, len, rate);
+        if n1 != ones {
+            return Err(bad("ones", "does not match the bits"));
+        }
+        if !same(&samples, &s) {
+            return Err(bad("rank samples", "do not match the bits"));
+        }
+        if !same(&hints1, &h1) || !same(&hints0, &h0) {
+            return Err(bad("select hints", "do not match the bits"));
+        }
+        Ok(RsBitVector { len, ones, rate, bits, samples, hints1, hints0 })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn check<B: BitVector>(b: &B, bits: &[bool]) {
+        assert_eq!(b.len(), bits.len());
+        let ones: Vec<usize> = (0..bits.len()).filter(|&i| bits[i]).collect();
+        let zeros: Vec<usize> = (0..bits.len()).filter(|&i| !bits[i]).collect();
+        assert_eq!(b.count_ones(), ones.len());
+        let mut r = 0;
+        for i in 0..=bits.len() {
+            assert_eq!(b.rank1(i), r, "rank1({i})");
+            assert_eq!(b.rank0(i), i - r, "rank0({i})");
+            if i < bits.len() {
+                assert_eq!(b.access(i), bits[i]);
+                assert_eq!(b.access_rank1(i), (bits[i], r), "access_rank1({i})");
+                r += usize::from(bits[i]);
+            }
+        }
+        for (k, &p) in ones.iter().enumerate() {
+            assert_eq!(b.select1(k), Some(p), "select1({k})");
+        }
+        for (k, &p) in zeros.iter().enumerate() {
+            assert_eq!(b.select0(k), Some(p), "select0({k})");
+        }
+        assert_eq!(b.select1(ones.len()), None);
+        assert_eq!(b.select0(zeros.len()), None);
+    }
+
+    pub(crate) fn bits_strategy() -> impl Strategy<Value = Vec<bool>> {
+        prop_oneof![
+            proptest::collection::vec(any::<bool>(), 0..3000),
+            (0usize..20_000, 0u32..100).prop_map(|(n, density)| {
+                let mut x = 0x1234_5678u64 ^ n as u64;
+                (0..n)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        (x % 100) < u64::from(density)
+                    })
+                    .collect()
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn matches_naive_model(bits in bits_strategy(), rate in 1usize..=64) {
+            let (words, len) = crate::BitBuf::from_bits(bits.iter().copied()).into_parts();
+            let b = RsBitVector::build(words, len, RsParams { rate });
+            check(&b, &bits);
+            let bytes = b.to_bytes();
+            let v = RsBitVector::from_bytes(&bytes).unwrap();
+            check(&v, &bits);
+            prop_assert_eq!(v.size_in_bytes(), b.size_in_bytes());
+        }
+    }
+
+    #[test]
+    fn edge_cases() {
+        for n in [0usize, 1, 63, 64, 65, 4095, 4096, 4097, 70_000] {
+            check(&RsBitVector::from_bits(vec![false; n]), &vec![false; n]);
+            check(&RsBitVector::from_bits(vec![true; n]), &vec![true; n]);
+        }
+    }
+
+    #[test]
+    fn corrupt_bytes_are_errors() {
+        let b = RsBitVector::from_bits((0..10_000).map(|i| i % 3 == 0));
+        let bytes = b.to_bytes();
+        for i in 0..bytes.len() {
+            let mut c = bytes.clone();
+            c[i] ^= 0x10;
+            assert!(RsBitVector::from_bytes(&c).is_err(), "flip at {i} accepted");
+        }
+        for cut in 0..bytes.len() {
+            assert!(RsBitVector::from_bytes(&bytes[..cut]).is_err());
+        }
+    }
+}
