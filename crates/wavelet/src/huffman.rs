@@ -44,24 +44,49 @@ pub(crate) fn code_lengths(freqs: &[u64]) -> Vec<u32> {
     lengths
 }
 
-/// Canonical codes (MSB first) for the given lengths: symbols sorted by (length, index) get increasing codes.
-pub(crate) fn canonical_codes(lengths: &[u32]) -> Vec<u64> {
-    let mut order: Vec<usize> = (0..lengths.len()).collect();
-    order.sort_by_key(|&i| (lengths[i], i));
-    let mut codes = vec![0u64; lengths.len()];
-    let mut code: u64 = 0;
-    let mut prev_len = 0u32;
-    for (k, &i) in order.iter().enumerate() {
-        let len = lengths[i];
-        if k > 0 {
-            code = (code + 1) << (len - prev_len);
-        } else {
-            code = 0;
-        }
-        codes[i] = code;
-        prev_len = len;
+/// Codes (read first bit first) for the Huffman-shaped wavelet matrix, given the lengths and, within each length,
+/// the order of the symbols. Level by level, the children of the open prefixes are listed in wavelet-matrix order
+/// (all `…0` children in the order of their parents, then all `…1` children); the codes ending at this level take
+/// the *last* places of that list, the rest stay open. So at every level the elements whose code has ended sort
+/// after every element that goes on, and the position mapping of a wavelet matrix skips them for free.
+///
+/// Returns `(codes, order)`: the code of every symbol, and the symbols in the order their codes were assigned
+/// (level by level, list order), which is the order of their ranges at the level where they end.
+pub(crate) fn matrix_codes(lengths: &[u32]) -> Option<(Vec<u64>, Vec<usize>)> {
+    let n = lengths.len();
+    let mut codes = vec![0u64; n];
+    let mut order = Vec::with_capacity(n);
+    if n <= 1 {
+        order.extend(0..n);
+        return Some((codes, order));
     }
-    codes
+    let max = *lengths.iter().max()? as usize;
+    let mut by_len: Vec<Vec<usize>> = vec![Vec::new(); max + 1];
+    for (i, &l) in lengths.iter().enumerate() {
+        by_len[l as usize].push(i);
+    }
+    if !by_len[0].is_empty() {
+        return None;
+    }
+    let mut open: Vec<u64> = vec![0];
+    for (d, ending) in by_len.iter().enumerate().skip(1) {
+        let mut children: Vec<u64> = open.iter().map(|p| p << 1).chain(open.iter().map(|p| p << 1 | 1)).collect();
+        let k = ending.len();
+        if k > children.len() {
+            return None;
+        }
+        let first_ended = children.len() - k;
+        for (j, &sym) in ending.iter().enumerate() {
+            codes[sym] = children[first_ended + j];
+            order.push(sym);
+        }
+        children.truncate(first_ended);
+        open = children;
+        if open.is_empty() && d < max {
+            return None;
+        }
+    }
+    open.is_empty().then_some((codes, order))
 }
 
 #[cfg(test)]
@@ -75,7 +100,8 @@ mod tests {
         assert_eq!(l, vec![1, 3, 3, 3, 4, 4]);
         let kraft: f64 = l.iter().map(|&x| 0.5f64.powi(x as i32)).sum();
         assert!((kraft - 1.0).abs() < 1e-12);
-        let codes = canonical_codes(&l);
+        let (codes, order) = matrix_codes(&l).unwrap();
+        assert_eq!(order.len(), l.len());
         // Prefix-free.
         for i in 0..l.len() {
             for j in 0..l.len() {
