@@ -11,6 +11,8 @@ fn replay_fuzz_regressions() {
         ("pcapng_reader", fuzz_harness::pcapng_reader),
         ("stream_reader", fuzz_harness::stream_reader),
         ("decode", fuzz_harness::decode_packet),
+        ("wavelet_from_bytes", pcaptool_wavelet::fuzz_harness::from_bytes),
+        ("wavelet_ops", pcaptool_wavelet::fuzz_harness::ops_vs_naive),
     ] {
         let dir = repo_root().join("fuzz/regressions").join(target);
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

@@ -189,14 +189,54 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
         }
     }
     eprintln!(
-        "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}",
+        "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}, wavelet {}",
         dir.display(),
         n[0],
         n[1],
         n[2],
-        n[3]
+        n[3],
+        wavelet_seeds(&dir)?
     );
     Ok(())
+}
+
+/// Seeds for the wavelet targets: bodies of small valid structures (behind the selector byte of
+/// `fuzz_harness::from_bytes`) and short symbol strings.
+fn wavelet_seeds(dir: &Path) -> anyhow::Result<usize> {
+    use pcaptool_wavelet::fuzz_harness::body_of;
+    use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RrrBitVector, RsBitVector, WaveletMatrix};
+    for t in ["wavelet_from_bytes", "wavelet_ops"] {
+        std::fs::create_dir_all(dir.join(t))?;
+    }
+    let seqs: Vec<Vec<u32>> = vec![
+        vec![],
+        vec![7],
+        vec![1, 2, 1, 3, 1, 2, 1, 4, 1, 1],
+        (0..300).map(|i| (i * i % 17) as u32).collect(),
+        (0..200).map(|i| if i % 9 == 0 { 80 } else { 443 }).collect(),
+    ];
+    let mut n = 0;
+    for (i, s) in seqs.iter().enumerate() {
+        let bits = s.iter().map(|x| x % 3 == 1);
+        let files: [(u8, Vec<u8>); 5] = [
+            (0, RsBitVector::from_bits(bits.clone()).to_bytes()),
+            (1, RrrBitVector::from_bits(bits).to_bytes()),
+            (2, HuffmanWaveletTree::<RsBitVector>::from_symbols(s.iter().copied()).to_bytes()),
+            (3, HuffmanWaveletTree::<RrrBitVector>::from_symbols(s.iter().copied()).to_bytes()),
+            (4, WaveletMatrix::<RsBitVector>::from_symbols(s.iter().copied()).to_bytes()),
+        ];
+        for (sel, f) in files {
+            let mut seed = vec![sel];
+            seed.extend_from_slice(body_of(&f));
+            std::fs::write(dir.join("wavelet_from_bytes").join(format!("s{i}-{sel}")), seed)?;
+            n += 1;
+        }
+        let mut ops = vec![(s.len() % 200 + 2) as u8];
+        ops.extend(s.iter().map(|&x| x as u8));
+        std::fs::write(dir.join("wavelet_ops").join(format!("s{i}")), ops)?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 fn run(cmd: &mut Command) -> anyhow::Result<()> {

@@ -550,6 +550,9 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
             let (code, len) = (self.code(si), self.code_len(si));
             let (mut s, mut e) = (0usize, self.n);
             for d in 0..len {
+                if s > e || e > self.level(d, L_LEN) {
+                    return Err("a symbol's path leaves its level");
+                }
                 let (rs, re) = (self.rank1_at(d, s), self.rank1_at(d, e));
                 if code >> (len - 1 - d) & 1 == 1 {
                     let z = self.level(d, L_ZEROS);

@@ -42,6 +42,8 @@
 mod bits;
 mod error;
 mod format;
+#[doc(hidden)]
+pub mod fuzz_harness;
 mod huffman;
 mod hwt;
 mod matrix;
