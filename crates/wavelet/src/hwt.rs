@@ -295,19 +295,14 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
         assert!(i <= self.n, "rank(_, {i}) on a sequence of {}", self.n);
         let Some(si) = self.find(c) else { return 0 };
         let (code, len) = (self.code(si), self.code_len(si));
-        let (mut s, mut e) = (0usize, i);
+        // Only the end of the range needs mapping: the start of the symbol's range at the last level is the start
+        // of its slot (validated on load), so one rank per level suffices.
+        let mut e = i;
         for d in 0..len {
-            let (rs, re) = (self.rank1_at(d, s), self.rank1_at(d, e));
-            if code >> (len - 1 - d) & 1 == 1 {
-                let z = self.level(d, L_ZEROS);
-                s = z + rs;
-                e = z + re;
-            } else {
-                s -= rs;
-                e -= re;
-            }
+            let re = self.rank1_at(d, e);
+            e = if code >> (len - 1 - d) & 1 == 1 { self.level(d, L_ZEROS) + re } else { e - re };
         }
-        e - s
+        e - self.slot_range(self.slot_index(si)).0
     }
 
     /// Occurrences of `c` in the whole sequence.
