@@ -228,17 +228,22 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
         (start, end.saturating_sub(start))
     }
 
+    /// Index of symbol `c`: a branch-free binary search (the comparisons compile to conditional moves, so a
+    /// query does not pay for mispredicted branches).
+    #[inline]
     fn find(&self, c: u32) -> Option<usize> {
-        let (mut lo, mut hi) = (0, self.sigma());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match self.value(mid).cmp(&c) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
+        let mut size = self.sigma();
+        if size == 0 {
+            return None;
         }
-        None
+        let mut base = 0usize;
+        while size > 1 {
+            let half = size / 2;
+            let mid = base + half;
+            base = if self.value(mid) <= c { mid } else { base };
+            size -= half;
+        }
+        (self.value(base) == c).then_some(base)
     }
 
     /// The first symbol index whose value satisfies `pred` (monotone), or `sigma`.
@@ -275,16 +280,15 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
             let goes_on = self.level(d + 1, L_LEN);
             if p >= goes_on {
                 // The code ended here: find the slot holding p among the codes ending at this level.
-                let (mut lo, mut hi) = (self.level(d, L_FIRST_SLOT), self.level(d + 1, L_FIRST_SLOT));
-                while hi - lo > 1 {
-                    let mid = (lo + hi) / 2;
-                    if (self.slots.word(mid) >> 24) as usize <= p {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
+                let mut base = self.level(d, L_FIRST_SLOT);
+                let mut size = self.level(d + 1, L_FIRST_SLOT) - base;
+                while size > 1 {
+                    let half = size / 2;
+                    let mid = base + half;
+                    base = if (self.slots.word(mid) >> 24) as usize <= p { mid } else { base };
+                    size -= half;
                 }
-                return self.value((self.slots.word(lo) & 0xff_ffff) as usize);
+                return self.value((self.slots.word(base) & 0xff_ffff) as usize);
             }
         }
         unreachable!("validated tree: every code ends by the last level")
@@ -302,7 +306,7 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
             let re = self.rank1_at(d, e);
             e = if code >> (len - 1 - d) & 1 == 1 { self.level(d, L_ZEROS) + re } else { e - re };
         }
-        e - self.slot_range(self.slot_index(si)).0
+        e - (self.slots.word(self.slot_index(si)) >> 24) as usize
     }
 
     /// Occurrences of `c` in the whole sequence.

@@ -18,7 +18,8 @@ const SELECT_SAMPLE: usize = 4096;
 /// Parameters of [`RsBitVector`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RsParams {
-    /// Words per rank sample, 1 to 64 (the paper's RG sampling factor counts 32-bit words; here 64-bit).
+    /// Words per rank sample: a power of two from 1 to 64 (the paper's RG sampling factor counts 32-bit words;
+    /// here 64-bit). Space overhead of the rank samples is `1/rate`.
     pub rate: usize,
 }
 
@@ -34,6 +35,8 @@ pub struct RsBitVector<W = Vec<u64>> {
     len: usize,
     ones: usize,
     rate: usize,
+    /// `log2(rate)`: block index = word index >> shift (no division on the query path).
+    shift: u32,
     bits: W,
     /// `samples[j]` = ones in words `[0, j * rate)`; one more sample at the end.
     samples: W,
@@ -76,10 +79,19 @@ impl BuildBitVector for RsBitVector {
     type Params = RsParams;
 
     fn build(words: Vec<u64>, len: usize, params: RsParams) -> RsBitVector {
-        assert!((1..=64).contains(&params.rate), "rate must be 1 to 64 words");
+        assert!(params.rate.is_power_of_two() && params.rate <= 64, "rate must be a power of two from 1 to 64 words");
         assert_eq!(words.len(), len.div_ceil(64), "words and length disagree");
         let (samples, hints1, hints0, ones) = directories(&words, len, params.rate);
-        RsBitVector { len, ones, rate: params.rate, bits: words, samples, hints1, hints0 }
+        RsBitVector {
+            len,
+            ones,
+            rate: params.rate,
+            shift: params.rate.trailing_zeros(),
+            bits: words,
+            samples,
+            hints1,
+            hints0,
+        }
     }
 }
 
@@ -166,9 +178,9 @@ impl<W: Words> BitVector for RsBitVector<W> {
     fn rank1(&self, i: usize) -> usize {
         assert!(i <= self.len, "rank1({i}) on {} bits", self.len);
         let w = i / 64;
-        let b = w / self.rate;
+        let b = w >> self.shift;
         let mut r = self.samples.word(b) as usize;
-        for j in b * self.rate..w {
+        for j in b << self.shift..w {
             r += self.word(j).count_ones() as usize;
         }
         let bit = i % 64;
@@ -182,9 +194,9 @@ impl<W: Words> BitVector for RsBitVector<W> {
     fn access_rank1(&self, i: usize) -> (bool, usize) {
         assert!(i < self.len, "access({i}) on {} bits", self.len);
         let w = i / 64;
-        let b = w / self.rate;
+        let b = w >> self.shift;
         let mut r = self.samples.word(b) as usize;
-        for j in b * self.rate..w {
+        for j in b << self.shift..w {
             r += self.word(j).count_ones() as usize;
         }
         let x = self.word(w);
@@ -281,8 +293,8 @@ impl<'a> RsBitVector<LeBytes<'a>> {
         let hints1 = r.array("select1 hints")?;
         let hints0 = r.array("select0 hints")?;
         let bad = |what, why| Error::Invalid { what, offset: at, why };
-        if rate == 0 {
-            return Err(bad("rate", "zero"));
+        if !rate.is_power_of_two() {
+            return Err(bad("rate", "not a power of two"));
         }
         if bits.num_words() != len.div_ceil(64) {
             return Err(bad("bits", "word count does not match the bit length"));
@@ -301,7 +313,7 @@ impl<'a> RsBitVector<LeBytes<'a>> {
         if !same(&hints1, &h1) || !same(&hints0, &h0) {
             return Err(bad("select hints", "do not match the bits"));
         }
-        Ok(RsBitVector { len, ones, rate, bits, samples, hints1, hints0 })
+        Ok(RsBitVector { len, ones, rate, shift: rate.trailing_zeros(), bits, samples, hints1, hints0 })
     }
 }
 
@@ -354,7 +366,8 @@ pub(crate) mod tests {
 
     proptest! {
         #[test]
-        fn matches_naive_model(bits in bits_strategy(), rate in 1usize..=64) {
+        fn matches_naive_model(bits in bits_strategy(), rate_log in 0u32..=6) {
+            let rate = 1usize << rate_log;
             let (words, len) = crate::BitBuf::from_bits(bits.iter().copied()).into_parts();
             let b = RsBitVector::build(words, len, RsParams { rate });
             check(&b, &bits);
