@@ -5,32 +5,8 @@
 
 use std::path::Path;
 
-/// SplitMix64, for reproducible data sets.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    /// Next 64 bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+/// SplitMix64 from the trace generator, started from a raw state so the data sets stay those of docs/BENCHMARKS.md.
+pub use xtask::tracegen::Rng;
 
 /// Empirical entropy H0 in bits per symbol.
 pub fn h0(seq: &[u32]) -> f64 {
@@ -67,13 +43,13 @@ pub fn skewed8(n: usize, target: f64, seed: u64) -> Vec<u32> {
         acc += x;
         cdf.push(acc);
     }
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::from_state(seed);
     (0..n).map(|_| sample(&cdf, &mut rng)).collect()
 }
 
 /// `n` symbols uniform over `0..sigma`.
 pub fn uniform(n: usize, sigma: u32, seed: u64) -> Vec<u32> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::from_state(seed);
     (0..n).map(|_| rng.below(u64::from(sigma)) as u32).collect()
 }
 
@@ -85,7 +61,7 @@ pub fn zipf(n: usize, sigma: u32, seed: u64) -> Vec<u32> {
         acc += 1.0 / f64::from(k);
         cdf.push(acc);
     }
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::from_state(seed);
     (0..n).map(|_| sample(&cdf, &mut rng)).collect()
 }
 

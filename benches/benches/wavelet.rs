@@ -17,7 +17,7 @@ use qwt::{AccessUnsigned, RankUnsigned, SelectUnsigned};
 const QUERIES: usize = 10_000;
 
 fn bits(n: usize, density: f64, seed: u64) -> (Vec<u64>, usize) {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::from_state(seed);
     let mut b = BitBuf::with_capacity(n);
     for _ in 0..n {
         b.push(rng.unit() < density);
@@ -27,7 +27,7 @@ fn bits(n: usize, density: f64, seed: u64) -> (Vec<u64>, usize) {
 }
 
 fn bench_bit_vector<B: BitVector>(c: &mut Criterion, name: &str, bv: &B) {
-    let mut rng = Rng::new(7);
+    let mut rng = Rng::from_state(7);
     let pos: Vec<usize> = (0..QUERIES).map(|_| rng.below(bv.len() as u64) as usize).collect();
     let ks: Vec<usize> = (0..QUERIES).map(|_| rng.below(bv.count_ones() as u64) as usize).collect();
     let mut g = c.benchmark_group(format!("bitvector/{name}"));
@@ -89,7 +89,7 @@ fn wavelet_trees(c: &mut Criterion) {
     use qwt::mem_dbg::{MemSize, SizeFlags};
     use sucds::Serializable;
 
-    let mut rng = Rng::new(11);
+    let mut rng = Rng::from_state(11);
     let pos: Vec<usize> = (0..QUERIES).map(|_| rng.below(n as u64) as usize).collect();
     // Rank/select symbols drawn from the sequence itself (frequent symbols are queried more, as in practice).
     let syms: Vec<u32> = (0..QUERIES).map(|_| seq[rng.below(n as u64) as usize]).collect();

@@ -20,6 +20,17 @@ impl Rng {
         Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
     }
 
+    /// A generator whose internal state is exactly `state` (no seed scrambling), for data sets that were defined
+    /// with that stream.
+    pub fn from_state(state: u64) -> Rng {
+        Rng(state)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
