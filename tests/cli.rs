@@ -141,6 +141,17 @@ fn timestamps(path: &Path) -> Vec<u64> {
 }
 
 #[test]
+fn convert_refuses_to_overwrite_its_input() {
+    let dir = TempDir::new("cli-same");
+    let src = generated(&dir, 100);
+    let before = std::fs::read(&src).unwrap();
+    let o = pcaptool(&["convert", p(&src), p(&src)]);
+    assert!(!o.status.success());
+    assert!(stderr_lines(&o)[0].contains("both the input and the output"), "{:?}", stderr_lines(&o));
+    assert_eq!(std::fs::read(&src).unwrap(), before, "the input is untouched");
+}
+
+#[test]
 fn convert_time_window_is_packet_exact() {
     let dir = TempDir::new("cli-window");
     let src = generated(&dir, 3000);

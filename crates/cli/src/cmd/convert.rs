@@ -70,7 +70,21 @@ fn name_of(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default()
 }
 
+/// Whether `a` and `b` name the same existing file (writing one would destroy the other while it is read).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.output.as_os_str() != "-" && same_file(&args.input, &args.output) {
+        bail!(
+            "{} is both the input and the output: writing it would destroy the capture being read; choose another output",
+            args.input.display()
+        );
+    }
     let mut reader = TraceReader::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     reader.read_header()?;
     let out_name = name_of(&args.output);
