@@ -31,7 +31,7 @@
 //!
 //! | structure | access | rank | select | space (bits) |
 //! |---|---|---|---|---|
-//! | `RsBitVector` (rate r words) | O(1) | O(r) | O(log n) | n + n/r + O(n/4096·64) |
+//! | `RsBitVector` (rate r words) | O(1) | O(1) for r ≤ 8, else O(r) | O(log n) | n + 2n/r (r ≤ 8) or n + n/r, + 2·64 per 4096 ones and zeros |
 //! | `RrrBitVector` (block b, sample s) | O(s + b) | O(s + b) | O(log n + s + b) | ≈ n·H0 + n·⌈log2(b+1)⌉/b + 128·n/(b·s) |
 //! | `HuffmanWaveletTree` | O(H0) levels avg | O(H0 + log σ) | O(H0 + log σ) | bit vectors over n·(H0+1) bits + 3 words per distinct symbol + 5 per level |
 //! | `WaveletMatrix` (w = bits of the largest symbol) | O(w) | O(w) | O(w) | bit vectors over n·w bits |

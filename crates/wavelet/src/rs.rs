@@ -1,8 +1,10 @@
 //! A plain bit vector with sampled rank and select directories (González et al.'s "RG", the paper's default).
 //!
-//! Rank: a cumulative count every `rate` words, plus popcounts of at most `rate - 1` words. Select: the rank samples
+//! Rank: a cumulative count every `rate` words; for `rate <= 8` also the in-block counts of each word (rank9's
+//! layout: rank is two sample loads and one popcount), for larger rates popcounts of at most `rate - 1` words.
+//! Select: the rank samples
 //! are binary-searched between hints kept every 4096 ones (and zeros). Space: `n` bits plus `n / rate` bits of rank
-//! samples (`rate` = 8: 12.5%) plus 2 words per 4096 ones and zeros.
+//! samples (`rate` = 8: 25%, `rate` = 16: 6.25%) plus 2 words per 4096 ones and zeros.
 
 use std::io::{self, Write};
 
@@ -38,7 +40,8 @@ pub struct RsBitVector<W = Vec<u64>> {
     /// `log2(rate)`: block index = word index >> shift (no division on the query path).
     shift: u32,
     bits: W,
-    /// `samples[j]` = ones in words `[0, j * rate)`; one more sample at the end.
+    /// Per block of `rate` words: the ones before it (and, when `rate <= 8`, a second word packing the ones
+    /// before each word of the block, 9 bits each: rank9's layout, no popcount loop); one more block at the end.
     samples: W,
     /// `hints1[t]` = index of the rank sample block holding the `(t * SELECT_SAMPLE)`-th one.
     hints1: W,
@@ -46,10 +49,17 @@ pub struct RsBitVector<W = Vec<u64>> {
     hints0: W,
 }
 
+/// Words per rank sample: 2 (absolute count, packed in-block counts) when `rate <= 8`, else 1.
+#[inline(always)]
+fn stride(rate: usize) -> usize {
+    if rate <= 8 { 2 } else { 1 }
+}
+
 fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64>, Vec<u64>, usize) {
     let nwords = bits.num_words();
     let nblocks = nwords.div_ceil(rate);
-    let mut samples = Vec::with_capacity(nblocks + 1);
+    let st = stride(rate);
+    let mut samples = Vec::with_capacity(st * (nblocks + 1));
     let mut hints1 = Vec::new();
     let mut hints0 = Vec::new();
     let mut ones = 0usize;
@@ -57,8 +67,21 @@ fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64
         samples.push(ones as u64);
         let zeros_before = (b * rate * 64).min(len) - ones;
         let mut block_ones = 0;
-        for w in b * rate..((b + 1) * rate).min(nwords) {
+        let mut sub = 0u64;
+        for (j, w) in (b * rate..((b + 1) * rate).min(nwords)).enumerate() {
+            if st == 2 && j > 0 {
+                sub |= (block_ones as u64) << (9 * (j - 1));
+            }
             block_ones += bits.word(w).count_ones() as usize;
+        }
+        if st == 2 {
+            // Past the last word of a short final block the in-block count stays the block's total, so that
+            // rank(len) works when `len` ends that block.
+            let present = ((b + 1) * rate).min(nwords) - b * rate;
+            for j in present.max(1)..rate {
+                sub |= (block_ones as u64) << (9 * (j - 1));
+            }
+            samples.push(sub);
         }
         let block_bits = (((b + 1) * rate * 64).min(len)).saturating_sub(b * rate * 64);
         let block_zeros = block_bits - block_ones;
@@ -72,6 +95,9 @@ fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64
         ones += block_ones;
     }
     samples.push(ones as u64);
+    if st == 2 {
+        samples.push(0);
+    }
     (samples, hints1, hints0, ones)
 }
 
@@ -114,17 +140,36 @@ impl<W: Words> RsBitVector<W> {
         self.bits.word(i)
     }
 
+    /// Ones in the words before word `w`.
+    #[inline(always)]
+    fn ones_before_word(&self, w: usize) -> usize {
+        let b = w >> self.shift;
+        if self.rate <= 8 {
+            // rank9: the in-block count of the words before `w` is packed in the second sample word.
+            let j = w - (b << self.shift);
+            let abs = self.samples.word(2 * b) as usize;
+            if j == 0 { abs } else { abs + (self.samples.word(2 * b + 1) >> (9 * (j - 1)) & 0x1ff) as usize }
+        } else {
+            let mut r = self.samples.word(b) as usize;
+            for j in b << self.shift..w {
+                r += self.word(j).count_ones() as usize;
+            }
+            r
+        }
+    }
+
     /// Binary search in the rank samples for the block holding the k-th one (ones = true) or zero.
     #[inline]
     fn find_block(&self, k: usize, ones: bool) -> usize {
         let hints = if ones { &self.hints1 } else { &self.hints0 };
         let t = k / SELECT_SAMPLE;
         let mut lo = hints.word(t) as usize;
+        let st = stride(self.rate);
         let mut hi =
-            if t + 1 < hints.num_words() { hints.word(t + 1) as usize + 1 } else { self.samples.num_words() - 1 };
+            if t + 1 < hints.num_words() { hints.word(t + 1) as usize + 1 } else { self.samples.num_words() / st - 1 };
         // Invariant: count_before(lo) <= k < count_before(hi).
         let count_before = |b: usize| -> usize {
-            let s = self.samples.word(b) as usize;
+            let s = self.samples.word(b * st) as usize;
             if ones { s } else { (b * self.rate * 64).min(self.len) - s }
         };
         while hi - lo > 1 {
@@ -144,7 +189,7 @@ impl<W: Words> RsBitVector<W> {
             return None;
         }
         let b = self.find_block(k, ones);
-        let s = self.samples.word(b) as usize;
+        let s = self.samples.word(b * stride(self.rate)) as usize;
         let mut rem = k - if ones { s } else { b * self.rate * 64 - s };
         let mut w = b * self.rate;
         loop {
@@ -178,30 +223,18 @@ impl<W: Words> BitVector for RsBitVector<W> {
     fn rank1(&self, i: usize) -> usize {
         assert!(i <= self.len, "rank1({i}) on {} bits", self.len);
         let w = i / 64;
-        let b = w >> self.shift;
-        let mut r = self.samples.word(b) as usize;
-        for j in b << self.shift..w {
-            r += self.word(j).count_ones() as usize;
-        }
         let bit = i % 64;
-        if bit > 0 {
-            r += (self.word(w) & ((1u64 << bit) - 1)).count_ones() as usize;
-        }
-        r
+        let partial = if bit > 0 { (self.word(w) & ((1u64 << bit) - 1)).count_ones() as usize } else { 0 };
+        self.ones_before_word(w) + partial
     }
 
     #[inline]
     fn access_rank1(&self, i: usize) -> (bool, usize) {
         assert!(i < self.len, "access({i}) on {} bits", self.len);
         let w = i / 64;
-        let b = w >> self.shift;
-        let mut r = self.samples.word(b) as usize;
-        for j in b << self.shift..w {
-            r += self.word(j).count_ones() as usize;
-        }
         let x = self.word(w);
         let bit = i % 64;
-        r += (x & ((1u64 << bit) - 1)).count_ones() as usize;
+        let r = self.ones_before_word(w) + (x & ((1u64 << bit) - 1)).count_ones() as usize;
         (x >> bit & 1 == 1, r)
     }
 
