@@ -495,13 +495,20 @@ mod tests {
         assert_eq!(TsResolution::Decimal(6).to_ns(0, -5), 0);
     }
 
-    fn shb_idb(snaplen: u32) -> Vec<u8> {
+    /// A little-endian section header block, 28 bytes.
+    fn shb() -> Vec<u8> {
         let mut b = vec![0x0a, 0x0d, 0x0d, 0x0a];
         b.extend_from_slice(&28u32.to_le_bytes());
         b.extend_from_slice(&PCAPNG_BOM.to_le_bytes());
         b.extend_from_slice(&[1, 0, 0, 0]);
         b.extend_from_slice(&[0xff; 8]);
         b.extend_from_slice(&28u32.to_le_bytes());
+        b
+    }
+
+    /// A section header and one Ethernet interface with `snaplen`.
+    fn shb_idb(snaplen: u32) -> Vec<u8> {
+        let mut b = shb();
         b.extend_from_slice(&1u32.to_le_bytes());
         b.extend_from_slice(&20u32.to_le_bytes());
         b.extend_from_slice(&1u16.to_le_bytes());
@@ -539,13 +546,7 @@ mod tests {
     fn pcapng_block_length_4_to_11_is_an_error_not_a_panic() {
         for len in [0u32, 4, 8, 11] {
             let mut p = Parser::new();
-            let mut b = vec![0x0a, 0x0d, 0x0d, 0x0a];
-            b.extend_from_slice(&28u32.to_le_bytes());
-            b.extend_from_slice(&PCAPNG_BOM.to_le_bytes());
-            b.extend_from_slice(&[1, 0, 0, 0]);
-            b.extend_from_slice(&[0xff; 8]);
-            b.extend_from_slice(&28u32.to_le_bytes());
-            assert!(matches!(p.step(&b), Ok(Step::Skip(28))));
+            assert!(matches!(p.step(&shb()), Ok(Step::Skip(28))));
             let mut blk = 6u32.to_le_bytes().to_vec();
             blk.extend_from_slice(&len.to_le_bytes());
             blk.extend_from_slice(&[0; 16]);
