@@ -276,6 +276,19 @@ pub trait BitVectorCodec {
     fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()>;
 }
 
+/// A bit vector is written as a file of its own kind, with its nested body as the file's body.
+impl<T: BitVectorCodec> Encode for T {
+    fn body_words(&self) -> u64 {
+        self.encoded_words()
+    }
+    fn encode_body<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
+        self.encode_into(w)
+    }
+    fn kind(&self) -> u64 {
+        T::KIND
+    }
+}
+
 /// A borrowed bit vector that can be read back, validated, from a nested body.
 pub trait DecodeBitVector<'a>: Sized {
     /// Kind code expected before the nested body.

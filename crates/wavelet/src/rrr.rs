@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use crate::bits::{BitBuf, read_bits, select_in_word};
 use crate::error::Error;
-use crate::format::{BitVectorCodec, DecodeBitVector, Encode, Reader, Writer, array_words, kind};
+use crate::format::{BitVectorCodec, DecodeBitVector, Reader, Writer, array_words, kind};
 use crate::rank_select::{BitVector, BuildBitVector};
 use crate::words::{LeBytes, Words};
 
@@ -267,14 +267,16 @@ impl<W: Words> BitVector for RrrBitVector<W> {
     }
 }
 
-impl<W: Words> RrrBitVector<W> {
-    pub(crate) fn encoded_words(&self) -> u64 {
+impl<W: Words> BitVectorCodec for RrrBitVector<W> {
+    const KIND: u64 = kind::RRR_BIT_VECTOR;
+
+    fn encoded_words(&self) -> u64 {
         4 + array_words(self.classes.num_words())
             + array_words(self.offsets.num_words())
             + array_words(self.samples.num_words())
     }
 
-    pub(crate) fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
+    fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
         w.word(self.len as u64)?;
         w.word(self.ones as u64)?;
         w.word(u64::from(self.block))?;
@@ -286,16 +288,6 @@ impl<W: Words> RrrBitVector<W> {
     }
 }
 
-impl<W: Words> BitVectorCodec for RrrBitVector<W> {
-    const KIND: u64 = kind::RRR_BIT_VECTOR;
-    fn encoded_words(&self) -> u64 {
-        RrrBitVector::encoded_words(self)
-    }
-    fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
-        RrrBitVector::encode_into(self, w)
-    }
-}
-
 impl<'a> DecodeBitVector<'a> for RrrBitVector<LeBytes<'a>> {
     const KIND: u64 = kind::RRR_BIT_VECTOR;
     fn decode_nested(r: &mut Reader<'a>) -> Result<Self, Error> {
@@ -303,20 +295,8 @@ impl<'a> DecodeBitVector<'a> for RrrBitVector<LeBytes<'a>> {
     }
 }
 
-impl<W: Words> Encode for RrrBitVector<W> {
-    fn body_words(&self) -> u64 {
-        self.encoded_words()
-    }
-    fn encode_body<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
-        self.encode_into(w)
-    }
-    fn kind(&self) -> u64 {
-        kind::RRR_BIT_VECTOR
-    }
-}
-
 impl<'a> RrrBitVector<LeBytes<'a>> {
-    /// Loads a file written by [`Encode::write_to`] without copying, validating every field.
+    /// Loads a file written by [`Encode::write_to`](crate::Encode::write_to) without copying, validating every field.
     pub fn from_bytes(bytes: &'a [u8]) -> Result<RrrBitVector<LeBytes<'a>>, Error> {
         let mut r = Reader::open(bytes, kind::RRR_BIT_VECTOR)?;
         let v = RrrBitVector::decode(&mut r)?;
@@ -392,6 +372,7 @@ impl<'a> RrrBitVector<LeBytes<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Encode;
     use proptest::prelude::*;
 
     #[test]

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 
 use crate::bits::select_in_word;
 use crate::error::Error;
-use crate::format::{BitVectorCodec, DecodeBitVector, Encode, Reader, Writer, array_words, kind};
+use crate::format::{BitVectorCodec, DecodeBitVector, Reader, Writer, array_words, kind};
 use crate::rank_select::{BitVector, BuildBitVector};
 use crate::words::{LeBytes, Words};
 
@@ -255,15 +255,17 @@ impl<W: Words> BitVector for RsBitVector<W> {
     }
 }
 
-impl<W: Words> RsBitVector<W> {
-    pub(crate) fn encoded_words(&self) -> u64 {
+impl<W: Words> BitVectorCodec for RsBitVector<W> {
+    const KIND: u64 = kind::RS_BIT_VECTOR;
+
+    fn encoded_words(&self) -> u64 {
         3 + array_words(self.bits.num_words())
             + array_words(self.samples.num_words())
             + array_words(self.hints1.num_words())
             + array_words(self.hints0.num_words())
     }
 
-    pub(crate) fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
+    fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
         w.word(self.len as u64)?;
         w.word(self.rate as u64)?;
         w.word(self.ones as u64)?;
@@ -274,32 +276,10 @@ impl<W: Words> RsBitVector<W> {
     }
 }
 
-impl<W: Words> BitVectorCodec for RsBitVector<W> {
-    const KIND: u64 = kind::RS_BIT_VECTOR;
-    fn encoded_words(&self) -> u64 {
-        RsBitVector::encoded_words(self)
-    }
-    fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
-        RsBitVector::encode_into(self, w)
-    }
-}
-
 impl<'a> DecodeBitVector<'a> for RsBitVector<LeBytes<'a>> {
     const KIND: u64 = kind::RS_BIT_VECTOR;
     fn decode_nested(r: &mut Reader<'a>) -> Result<Self, Error> {
         RsBitVector::decode(r)
-    }
-}
-
-impl<W: Words> Encode for RsBitVector<W> {
-    fn body_words(&self) -> u64 {
-        self.encoded_words()
-    }
-    fn encode_body<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
-        self.encode_into(w)
-    }
-    fn kind(&self) -> u64 {
-        kind::RS_BIT_VECTOR
     }
 }
 
@@ -308,7 +288,7 @@ fn same(stored: &LeBytes<'_>, computed: &[u64]) -> bool {
 }
 
 impl<'a> RsBitVector<LeBytes<'a>> {
-    /// Loads a file written by [`Encode::write_to`] without copying, validating every field.
+    /// Loads a file written by [`Encode::write_to`](crate::Encode::write_to) without copying, validating every field.
     pub fn from_bytes(bytes: &'a [u8]) -> Result<RsBitVector<LeBytes<'a>>, Error> {
         let mut r = Reader::open(bytes, kind::RS_BIT_VECTOR)?;
         let v = RsBitVector::decode(&mut r)?;
@@ -353,6 +333,7 @@ impl<'a> RsBitVector<LeBytes<'a>> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::Encode;
     use proptest::prelude::*;
 
     pub(crate) fn check<B: BitVector>(b: &B, bits: &[bool]) {
