@@ -195,154 +195,159 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
     Ok(info)
 }
 
-/// Protocol labels of the breakdown, in a fixed order so that per-packet counting is an array increment.
-const LABELS: [&str; 25] = [
-    "ethernet",
-    "vlan",
-    "mpls",
-    "pppoe",
-    "arp",
-    "ipv4",
-    "ipv6",
-    "ip-fragment",
-    "tcp",
-    "udp",
-    "sctp",
-    "icmp",
-    "icmp6",
-    "igmp",
-    "other-transport",
-    "esp",
-    "ah",
-    "ospf",
-    "pim",
-    "vrrp",
-    "other-ip",
-    "non-ip",
-    "gre",
-    "erspan",
-    "headers-cut-by-snaplen",
-];
-const TUNNEL_LABELS: [&str; 5] = ["ip-in-ip", "vxlan", "geneve", "gtp-u", "tunnel"];
+/// The protocols of the breakdown; the discriminant indexes [`Proto::LABELS`], so per-packet counting is an array
+/// increment.
+#[derive(Clone, Copy, Debug)]
+enum Proto {
+    Ethernet,
+    Vlan,
+    Mpls,
+    Pppoe,
+    Arp,
+    Ipv4,
+    Ipv6,
+    IpFragment,
+    Tcp,
+    Udp,
+    Sctp,
+    Icmp,
+    Icmp6,
+    Igmp,
+    OtherTransport,
+    Esp,
+    Ah,
+    Ospf,
+    Pim,
+    Vrrp,
+    OtherIp,
+    NonIp,
+    Gre,
+    Erspan,
+    IpInIp,
+    Vxlan,
+    Geneve,
+    GtpU,
+    Tunnel,
+    HeadersCut,
+}
+
+impl Proto {
+    /// Names as printed, in discriminant order.
+    const LABELS: [&'static str; 30] = [
+        "ethernet",
+        "vlan",
+        "mpls",
+        "pppoe",
+        "arp",
+        "ipv4",
+        "ipv6",
+        "ip-fragment",
+        "tcp",
+        "udp",
+        "sctp",
+        "icmp",
+        "icmp6",
+        "igmp",
+        "other-transport",
+        "esp",
+        "ah",
+        "ospf",
+        "pim",
+        "vrrp",
+        "other-ip",
+        "non-ip",
+        "gre",
+        "erspan",
+        "ip-in-ip",
+        "vxlan",
+        "geneve",
+        "gtp-u",
+        "tunnel",
+        "headers-cut-by-snaplen",
+    ];
+}
 
 /// Per-packet protocol counts.
 #[derive(Debug)]
-struct ProtoCounts([u64; LABELS.len() + TUNNEL_LABELS.len()]);
+struct ProtoCounts([u64; Proto::LABELS.len()]);
 
 impl ProtoCounts {
     fn new() -> ProtoCounts {
-        ProtoCounts([0; LABELS.len() + TUNNEL_LABELS.len()])
+        ProtoCounts([0; Proto::LABELS.len()])
+    }
+
+    #[inline]
+    fn add(&mut self, p: Proto) {
+        self.0[p as usize] += 1;
     }
 
     fn into_map(self) -> BTreeMap<&'static str, u64> {
-        LABELS.iter().chain(TUNNEL_LABELS.iter()).zip(self.0).filter(|(_, n)| *n > 0).map(|(l, n)| (*l, n)).collect()
+        Proto::LABELS.iter().zip(self.0).filter(|(_, n)| *n > 0).map(|(l, n)| (*l, n)).collect()
     }
-}
-
-/// Index of a label, resolved at compile time.
-const fn idx(label: &str) -> usize {
-    let all = LABELS;
-    let mut i = 0;
-    while i < all.len() {
-        if const_eq(all[i], label) {
-            return i;
-        }
-        i += 1;
-    }
-    let mut j = 0;
-    while j < TUNNEL_LABELS.len() {
-        if const_eq(TUNNEL_LABELS[j], label) {
-            return LABELS.len() + j;
-        }
-        j += 1;
-    }
-    panic!("unknown label")
-}
-
-const fn const_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
 }
 
 /// Counts the protocols a packet contains, outer headers and tunnels.
 fn classify(d: &Decoded, counts: &mut ProtoCounts) {
-    macro_rules! add {
-        ($l:literal) => {{
-            const I: usize = idx($l);
-            counts.0[I] += 1;
-        }};
-    }
     if d.eth.is_some() {
-        add!("ethernet");
+        counts.add(Proto::Ethernet);
     }
     if d.vlan_count > 0 {
-        add!("vlan");
+        counts.add(Proto::Vlan);
     }
     if d.mpls_count > 0 {
-        add!("mpls");
+        counts.add(Proto::Mpls);
     }
     if d.pppoe_session.is_some() {
-        add!("pppoe");
+        counts.add(Proto::Pppoe);
     }
     if d.arp.is_some() {
-        add!("arp");
+        counts.add(Proto::Arp);
     }
     match d.ip {
         Some(ip) => {
-            if ip.version == 4 {
-                add!("ipv4")
-            } else {
-                add!("ipv6")
-            }
+            counts.add(if ip.version == 4 { Proto::Ipv4 } else { Proto::Ipv6 });
             if ip.fragment.is_some() {
-                add!("ip-fragment");
+                counts.add(Proto::IpFragment);
             }
-            match d.transport {
-                Some(Transport::Tcp { .. }) => add!("tcp"),
-                Some(Transport::Udp { .. }) => add!("udp"),
-                Some(Transport::Sctp { .. }) => add!("sctp"),
-                Some(Transport::Icmp { .. }) => add!("icmp"),
-                Some(Transport::Icmpv6 { .. }) => add!("icmp6"),
-                Some(Transport::Igmp { .. }) => add!("igmp"),
-                Some(_) => add!("other-transport"),
-                None if ip.fragment.is_some_and(|f| !f.is_first()) => {}
-                None if d.tunnel.is_none() => match ip.proto.name() {
-                    Some("esp") => add!("esp"),
-                    Some("ah") => add!("ah"),
-                    Some("ospf") => add!("ospf"),
-                    Some("pim") => add!("pim"),
-                    Some("vrrp") => add!("vrrp"),
-                    _ => add!("other-ip"),
-                },
-                None => {}
+            let transport = match d.transport {
+                Some(Transport::Tcp { .. }) => Some(Proto::Tcp),
+                Some(Transport::Udp { .. }) => Some(Proto::Udp),
+                Some(Transport::Sctp { .. }) => Some(Proto::Sctp),
+                Some(Transport::Icmp { .. }) => Some(Proto::Icmp),
+                Some(Transport::Icmpv6 { .. }) => Some(Proto::Icmp6),
+                Some(Transport::Igmp { .. }) => Some(Proto::Igmp),
+                Some(_) => Some(Proto::OtherTransport),
+                None if ip.fragment.is_some_and(|f| !f.is_first()) => None,
+                None if d.tunnel.is_none() => Some(match ip.proto.name() {
+                    Some("esp") => Proto::Esp,
+                    Some("ah") => Proto::Ah,
+                    Some("ospf") => Proto::Ospf,
+                    Some("pim") => Proto::Pim,
+                    Some("vrrp") => Proto::Vrrp,
+                    _ => Proto::OtherIp,
+                }),
+                None => None,
+            };
+            if let Some(p) = transport {
+                counts.add(p);
             }
         }
-        None if d.arp.is_none() => add!("non-ip"),
+        None if d.arp.is_none() => counts.add(Proto::NonIp),
         None => {}
     }
     if let Some(t) = d.tunnel {
-        match t.kind {
-            TunnelKind::Gre => add!("gre"),
-            TunnelKind::Erspan => add!("erspan"),
-            TunnelKind::IpInIp => add!("ip-in-ip"),
-            TunnelKind::Vxlan => add!("vxlan"),
-            TunnelKind::Geneve => add!("geneve"),
-            TunnelKind::GtpU => add!("gtp-u"),
-            _ => add!("tunnel"),
-        }
+        counts.add(match t.kind {
+            TunnelKind::Gre => Proto::Gre,
+            TunnelKind::Erspan => Proto::Erspan,
+            TunnelKind::IpInIp => Proto::IpInIp,
+            TunnelKind::Vxlan => Proto::Vxlan,
+            TunnelKind::Geneve => Proto::Geneve,
+            TunnelKind::GtpU => Proto::GtpU,
+            _ => Proto::Tunnel,
+        });
     }
     if d.is_truncated() {
-        add!("headers-cut-by-snaplen");
+        counts.add(Proto::HeadersCut);
     }
 }
 
