@@ -31,7 +31,7 @@ fn fnv(h: &mut u64, bytes: &[u8]) {
 fn read_all(mut r: TraceReader) -> Ours {
     let mut o = Ours { digest: 0xcbf2_9ce4_8422_2325, ..Ours::default() };
     let _ = r.read_header();
-    o.digits = precision_digits(&r, "");
+    o.digits = precision_digits(&r);
     while let Some(rec) = r.next_record() {
         match rec {
             Ok(rec) => {
@@ -71,12 +71,13 @@ fn truncate_to(ns: u64, digits: u32) -> u64 {
     ns / unit * unit
 }
 
-/// The number of fractional digits capinfos prints for a file: the precision of its timestamps.
-fn precision_digits(r: &TraceReader, printed: &str) -> u32 {
+/// The number of fractional digits capinfos prints for a legacy pcap file (the precision of its timestamps); 0 when
+/// the format does not say (pcapng: then the digits capinfos printed are taken).
+fn precision_digits(r: &TraceReader) -> u32 {
     match r.format() {
         Some(FileFormat::Pcap { precision: TsPrecision::Micro, .. }) => 6,
         Some(FileFormat::Pcap { precision: TsPrecision::Nano, .. }) => 9,
-        _ => printed.split_once('.').map_or(0, |(_, f)| f.len() as u32).min(9),
+        _ => 0,
     }
 }
 
