@@ -4,7 +4,9 @@
 //! absent on a developer's machine; under CI (`CI=true`) a missing tool or corpus is a failure instead, so that a
 //! broken set-up cannot pass silently.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+pub mod libpcap;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -399,12 +399,12 @@ pub(crate) fn tokenize(input: &str) -> Result<Vec<(Tok, Span)>, FilterError> {
             colon_end += 1;
         }
         let colon_tok = if input[i..colon_end].contains(':') { colon_form(&input[i..colon_end]) } else { None };
-        if let Some((tok, len)) = colon_tok {
-            if len >= w - i {
-                out.push((tok, Span::new(i, i + len)));
-                i += len;
-                continue;
-            }
+        if let Some((tok, len)) = colon_tok
+            && len >= w - i
+        {
+            out.push((tok, Span::new(i, i + len)));
+            i += len;
+            continue;
         }
         if w == i {
             return Err(FilterError::new(ErrorKind::IllegalChar(':'), Span::new(i, i + 1)));

@@ -1,0 +1,1058 @@
+//! From an [`Expr`] to a [`Cond`] for one link type: libpcap's code generator (gencode.c, libpcap 1.10),
+//! primitive by primitive, so that the tests made, their order and the loads they need are libpcap's.
+//!
+//! The order matters beyond the result of a test: a load past the end of the packet ends the whole filter with
+//! "no match", so which loads are reached, and when, is part of the meaning. The compiler walks the expression
+//! in source order and keeps libpcap's mutable offsets, which `vlan`, `mpls` and `pppoes` move for everything
+//! written after them.
+
+use pcaptool_packet::LinkType;
+
+use crate::ast::{AddrKind, Arith, ArithOp, Dir, Expr, Id, Prim, Proto, Qual, RelOp};
+use crate::error::{ErrorKind, FilterError, Span};
+use crate::names::{self, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP};
+use crate::prog::{Alu, Cond, Test, Val};
+
+const ETHERTYPE_IP: u32 = 0x0800;
+const ETHERTYPE_ARP: u32 = 0x0806;
+const ETHERTYPE_REVARP: u32 = 0x8035;
+const ETHERTYPE_IPV6: u32 = 0x86dd;
+const ETHERTYPE_IPX: u32 = 0x8137;
+const ETHERTYPE_ATALK: u32 = 0x809b;
+const ETHERTYPE_AARP: u32 = 0x80f3;
+const ETHERTYPE_8021Q: u32 = 0x8100;
+const ETHERTYPE_8021AD: u32 = 0x88a8;
+const ETHERTYPE_8021QINQ: u32 = 0x9100;
+const ETHERTYPE_MPLS: u32 = 0x8847;
+const ETHERTYPE_PPPOED: u32 = 0x8863;
+const ETHERTYPE_PPPOES: u32 = 0x8864;
+const ETHERMTU: u32 = 1500;
+const LLCSAP_IP: u32 = 0x06;
+const LLCSAP_ISONS: u32 = 0xfe;
+const LLCSAP_NETBEUI: u32 = 0xf0;
+const LLCSAP_IPX: u32 = 0xe0;
+const LINUX_SLL_P_802_3: u32 = 0x0001;
+const LINUX_SLL_P_802_2: u32 = 0x0004;
+const PPP_MPLS_UCAST: u32 = 0x0281;
+
+/// What a filter is compiled for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct Target {
+    /// The link type of the packets (the capture file's LINKTYPE value).
+    pub linktype: LinkType,
+    /// Whether the capture's byte order differs from this machine's. libpcap compares the address family of
+    /// BSD loopback (`null`) headers in the file's byte order; other link types ignore this.
+    pub swapped: bool,
+}
+
+impl Target {
+    /// A target of the given link type in this machine's byte order.
+    pub fn new(linktype: LinkType) -> Target {
+        Target { linktype, swapped: false }
+    }
+}
+
+/// How a link type tells the network protocol (libpcap's per-DLT branches of `gen_linktype`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dlt {
+    Null,
+    Loop,
+    Ether,
+    Arcnet,
+    Slip,
+    Ppp,
+    CHdlc,
+    Frelay,
+    Raw,
+    Ipv4,
+    Ipv6,
+    Sll,
+    Sll2,
+    Ipnet,
+    /// libpcap knows the link type but cannot filter on its protocol field.
+    NoTypeFilter(&'static str),
+    /// libpcap filters this link type but pcaptool does not yet: only filters that look at no header compile.
+    Unimplemented,
+}
+
+/// Where an offset counts from (libpcap's `OR_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rel {
+    LinkHdr,
+    LinkType,
+    LinkPl,
+    Llc,
+    PrevMpls,
+}
+
+/// The value of an arithmetic expression: libpcap's `struct arth` (statements, the condition under which they
+/// are meaningful, and the constant its first statement loads, if it loads one: libpcap's checks of divisors and
+/// shift counts read only that statement).
+struct Arth {
+    val: Val,
+    cond: Option<Cond>,
+    first_const: Option<u32>,
+}
+
+fn and_opt(a: Option<Cond>, b: Cond) -> Cond {
+    match a {
+        Some(a) => Cond::and(a, b),
+        None => b,
+    }
+}
+
+/// libpcap's code generator state for one link type.
+pub(crate) struct Compiler {
+    dlt: Dlt,
+    /// The DLT value the current link-layer header has (libpcap's `linktype`, changed by `pppoes`).
+    dlt_value: u32,
+    name: String,
+    swapped: bool,
+    off_linkhdr: u32,
+    off_linktype: Option<u32>,
+    off_linkpl: Option<u32>,
+    off_nl: u32,
+    label_stack_depth: u32,
+    vlan_stack_depth: u32,
+    span: Span,
+}
+
+type CResult<T> = Result<T, FilterError>;
+
+impl Compiler {
+    pub(crate) fn new(target: Target) -> Result<Compiler, ErrorKind> {
+        let lt = target.linktype.0;
+        // Earlier arms win over the range of libpcap's encapsulation-specific link types.
+        #[allow(clippy::match_overlapping_arm)]
+        let (dlt, linktype, linkpl): (Dlt, Option<u32>, Option<u32>) = match lt {
+            0 => (Dlt::Null, Some(0), Some(4)),
+            108 => (Dlt::Loop, Some(0), Some(4)),
+            1 => (Dlt::Ether, Some(12), Some(14)),
+            7 => (Dlt::Arcnet, Some(2), Some(6)),
+            129 => (Dlt::Arcnet, Some(4), Some(8)),
+            8 => (Dlt::Slip, None, Some(16)),
+            9 | 50 | 166 => (Dlt::Ppp, Some(2), Some(4)),
+            51 => (Dlt::Ppp, Some(6), Some(8)),
+            104 => (Dlt::CHdlc, Some(2), Some(4)),
+            // libpcap 1.10 puts the network layer of Frame Relay at offset 0, not after the Q.922 header.
+            107 => (Dlt::Frelay, None, Some(0)),
+            12 | 101 => (Dlt::Raw, None, Some(0)),
+            228 => (Dlt::Ipv4, None, Some(0)),
+            229 => (Dlt::Ipv6, None, Some(0)),
+            113 => (Dlt::Sll, Some(14), Some(16)),
+            276 => (Dlt::Sll2, Some(0), Some(20)),
+            226 => (Dlt::Ipnet, Some(1), Some(24)),
+            // 802.11 with a radio header of variable length before it: not yet evaluated by pcaptool.
+            105 | 119 | 127 | 163 | 192 => (Dlt::Unimplemented, None, None),
+            // libpcap's own encapsulation-specific range: no protocol field, link-layer loads from offset 0.
+            104..=289 => (Dlt::NoTypeFilter(""), None, None),
+            _ => {
+                return Err(ErrorKind::LinkType {
+                    what: "unknown data link type".into(),
+                    linktype: target.linktype.to_string(),
+                });
+            }
+        };
+        Ok(Compiler {
+            dlt,
+            dlt_value: lt,
+            name: target.linktype.to_string(),
+            swapped: target.swapped,
+            off_linkhdr: 0,
+            off_linktype: linktype,
+            off_linkpl: linkpl,
+            off_nl: 0,
+            label_stack_depth: 0,
+            vlan_stack_depth: 0,
+            span: Span::default(),
+        })
+    }
+
+    fn err<T>(&self, msg: impl Into<String>) -> CResult<T> {
+        Err(FilterError::new(ErrorKind::Invalid(msg.into()), self.span))
+    }
+
+    fn link_err<T>(&self, what: impl Into<String>) -> CResult<T> {
+        Err(FilterError::new(ErrorKind::LinkType { what: what.into(), linktype: self.name.clone() }, self.span))
+    }
+
+    pub(crate) fn compile(&mut self, e: &Expr) -> CResult<Cond> {
+        Ok(match e {
+            Expr::And(a, b) => {
+                let a = self.compile(a)?;
+                Cond::and(a, self.compile(b)?)
+            }
+            Expr::Or(a, b) => {
+                let a = self.compile(a)?;
+                Cond::or(a, self.compile(b)?)
+            }
+            Expr::Not(a) => Cond::not(self.compile(a)?),
+            Expr::Prim(p, at) => {
+                self.span = at.0;
+                self.prim(p)?
+            }
+        })
+    }
+
+    // ---- loads and comparisons -------------------------------------------------------------------------------
+
+    fn off(&self, rel: Rel, off: u32) -> CResult<u32> {
+        if self.dlt == Dlt::Unimplemented {
+            return self.link_err("pcaptool does not yet evaluate header fields");
+        }
+        let base = match rel {
+            Rel::LinkHdr => Some(self.off_linkhdr),
+            Rel::LinkType => self.off_linktype,
+            Rel::LinkPl => self.off_linkpl.map(|p| p + self.off_nl),
+            Rel::Llc => self.off_linkpl,
+            Rel::PrevMpls => self.off_linkpl.map(|p| p + self.off_nl - 4),
+        };
+        match base {
+            Some(b) => Ok(b + off),
+            None => self.link_err("the link-layer header has no such field"),
+        }
+    }
+
+    fn ld(&self, rel: Rel, off: u32, size: u8) -> CResult<Val> {
+        Ok(Val::Ld { off: self.off(rel, off)?, size })
+    }
+
+    fn ncmp(&self, rel: Rel, off: u32, size: u8, mask: u32, test: Test, k: u32) -> CResult<Cond> {
+        if mask == 0 && test == Test::Eq && k == 0 {
+            // `x & 0 == 0` holds whatever x is; libpcap's optimiser drops the load, so a short packet matches too.
+            return Ok(Cond::True);
+        }
+        let mut v = self.ld(rel, off, size)?;
+        if mask != 0xffff_ffff {
+            v = Val::Alu(Alu::And, Box::new(v), Box::new(Val::K(mask)));
+        }
+        Ok(Cond::Cmp { v, test, k })
+    }
+
+    fn cmp(&self, rel: Rel, off: u32, size: u8, k: u32) -> CResult<Cond> {
+        self.ncmp(rel, off, size, 0xffff_ffff, Test::Eq, k)
+    }
+
+    fn mcmp(&self, rel: Rel, off: u32, size: u8, k: u32, mask: u32) -> CResult<Cond> {
+        self.ncmp(rel, off, size, mask, Test::Eq, k)
+    }
+
+    fn cmp_gt(&self, rel: Rel, off: u32, size: u8, k: u32) -> CResult<Cond> {
+        self.ncmp(rel, off, size, 0xffff_ffff, Test::Gt, k)
+    }
+
+    fn cmp_ge(&self, rel: Rel, off: u32, size: u8, k: u32) -> CResult<Cond> {
+        self.ncmp(rel, off, size, 0xffff_ffff, Test::Ge, k)
+    }
+
+    /// `gen_bcmp`: compares bytes from the end, four at a time, then two, then one.
+    fn bcmp(&self, rel: Rel, off: u32, bytes: &[u8]) -> CResult<Cond> {
+        let mut size = bytes.len();
+        let mut b: Option<Cond> = None;
+        while size >= 4 {
+            let p = &bytes[size - 4..size];
+            let tmp = self.cmp(rel, off + size as u32 - 4, 4, u32::from_be_bytes([p[0], p[1], p[2], p[3]]))?;
+            b = Some(match b {
+                Some(b) => Cond::and(b, tmp),
+                None => tmp,
+            });
+            size -= 4;
+        }
+        while size >= 2 {
+            let p = &bytes[size - 2..size];
+            let tmp = self.cmp(rel, off + size as u32 - 2, 2, u32::from(u16::from_be_bytes([p[0], p[1]])))?;
+            b = Some(match b {
+                Some(b) => Cond::and(b, tmp),
+                None => tmp,
+            });
+            size -= 2;
+        }
+        if size > 0 {
+            let tmp = self.cmp(rel, off, 1, u32::from(bytes[0]))?;
+            b = Some(match b {
+                Some(b) => Cond::and(b, tmp),
+                None => tmp,
+            });
+        }
+        Ok(b.unwrap_or(Cond::True))
+    }
+
+    /// A transport-layer load after an IPv4 header of any length (`OR_TRAN_IPV4`).
+    fn ld_tran4(&self, off: u32, size: u8) -> CResult<Val> {
+        let nl = self.off(Rel::LinkPl, 0)?;
+        Ok(Val::LdInd { base: Box::new(Val::Msh(nl)), off: nl + off, size })
+    }
+
+    fn ipfrag(&self) -> CResult<Cond> {
+        Ok(Cond::not(Cond::Cmp { v: self.ld(Rel::LinkPl, 6, 2)?, test: Test::Set, k: 0x1fff }))
+    }
+
+    // ---- link-layer types ------------------------------------------------------------------------------------
+
+    fn snap(&self, orgcode: u32, ptype: u32) -> CResult<Cond> {
+        let block = [
+            0xaa,
+            0xaa,
+            0x03,
+            (orgcode >> 16) as u8,
+            (orgcode >> 8) as u8,
+            orgcode as u8,
+            (ptype >> 8) as u8,
+            ptype as u8,
+        ];
+        self.bcmp(Rel::Llc, 0, &block)
+    }
+
+    fn linktype(&self, ll_proto: u32) -> CResult<Cond> {
+        if self.label_stack_depth > 0 {
+            return match ll_proto {
+                ETHERTYPE_IP | 0x0021 => self.mpls_linktype(0x40),
+                ETHERTYPE_IPV6 | 0x0057 => self.mpls_linktype(0x60),
+                _ => self.err("unsupported protocol over mpls"),
+            };
+        }
+        match self.dlt {
+            Dlt::Ether => self.ether_linktype(ll_proto),
+            Dlt::CHdlc => {
+                let p = if ll_proto == LLCSAP_ISONS { (ll_proto << 8) | ll_proto } else { ll_proto };
+                self.cmp(Rel::LinkType, 0, 2, p)
+            }
+            Dlt::Sll => self.sll_linktype(ll_proto),
+            Dlt::Slip | Dlt::Raw => match ll_proto {
+                ETHERTYPE_IP => self.mcmp(Rel::LinkHdr, 0, 1, 0x40, 0xf0),
+                ETHERTYPE_IPV6 => self.mcmp(Rel::LinkHdr, 0, 1, 0x60, 0xf0),
+                _ => Ok(Cond::False),
+            },
+            Dlt::Ipv4 => Ok(if ll_proto == ETHERTYPE_IP { Cond::True } else { Cond::False }),
+            Dlt::Ipv6 => Ok(if ll_proto == ETHERTYPE_IPV6 { Cond::True } else { Cond::False }),
+            Dlt::Ppp => self.cmp(Rel::LinkType, 0, 2, ethertype_to_ppptype(ll_proto)),
+            Dlt::Null | Dlt::Loop => match ll_proto {
+                ETHERTYPE_IP => self.loopback_linktype(2),
+                ETHERTYPE_IPV6 => {
+                    // The BSDs' AF_INET6 values: Darwin's, then (NetBSD/OpenBSD/BSD/OS, FreeBSD).
+                    let b = Cond::or(self.loopback_linktype(24)?, self.loopback_linktype(28)?);
+                    Ok(Cond::or(self.loopback_linktype(30)?, b))
+                }
+                _ => Ok(Cond::False),
+            },
+            Dlt::Arcnet => match ll_proto {
+                ETHERTYPE_IPV6 => self.cmp(Rel::LinkType, 0, 1, 0xc4),
+                ETHERTYPE_IP => {
+                    Ok(Cond::or(self.cmp(Rel::LinkType, 0, 1, 0xd4)?, self.cmp(Rel::LinkType, 0, 1, 0xf0)?))
+                }
+                ETHERTYPE_ARP => {
+                    Ok(Cond::or(self.cmp(Rel::LinkType, 0, 1, 0xd5)?, self.cmp(Rel::LinkType, 0, 1, 0xf1)?))
+                }
+                ETHERTYPE_REVARP => self.cmp(Rel::LinkType, 0, 1, 0xd6),
+                ETHERTYPE_ATALK => self.cmp(Rel::LinkType, 0, 1, 0xdd),
+                _ => Ok(Cond::False),
+            },
+            Dlt::Frelay => match ll_proto {
+                ETHERTYPE_IP => self.cmp(Rel::LinkHdr, 2, 2, 0x03cc),
+                ETHERTYPE_IPV6 => self.cmp(Rel::LinkHdr, 2, 2, 0x038e),
+                LLCSAP_ISONS => {
+                    // OSI over Q.933: NLPIDs for CLNP, ES-IS and IS-IS.
+                    let b = Cond::or(self.cmp(Rel::LinkHdr, 2, 2, 0x0381)?, self.cmp(Rel::LinkHdr, 2, 2, 0x0382)?);
+                    Ok(Cond::or(b, self.cmp(Rel::LinkHdr, 2, 2, 0x0383)?))
+                }
+                _ => Ok(Cond::False),
+            },
+            Dlt::Ipnet => match ll_proto {
+                ETHERTYPE_IP => self.cmp(Rel::LinkType, 0, 1, 2),
+                ETHERTYPE_IPV6 => self.cmp(Rel::LinkType, 0, 1, 26),
+                _ => Ok(Cond::False),
+            },
+            Dlt::Sll2 => self.cmp(Rel::LinkType, 0, 2, ll_proto),
+            Dlt::NoTypeFilter(_) => self.link_err("link-layer type filtering is not implemented"),
+            Dlt::Unimplemented => self.link_err("pcaptool does not yet evaluate protocol tests"),
+        }
+    }
+
+    fn loopback_linktype(&self, af: u32) -> CResult<Cond> {
+        // DLT_NULL carries the family in the capturing host's byte order; DLT_LOOP in network order.
+        let k = if self.dlt == Dlt::Null && !self.swapped { af.swap_bytes() } else { af };
+        self.cmp(Rel::LinkType, 0, 4, k)
+    }
+
+    fn mpls_linktype(&self, version: u32) -> CResult<Cond> {
+        let bos = self.mcmp(Rel::PrevMpls, 2, 1, 0x01, 0x01)?;
+        Ok(Cond::and(bos, self.mcmp(Rel::LinkPl, 0, 1, version, 0xf0)?))
+    }
+
+    fn ether_linktype(&self, p: u32) -> CResult<Cond> {
+        let is_8023 = || -> CResult<Cond> { Ok(Cond::not(self.cmp_gt(Rel::LinkType, 0, 2, ETHERMTU)?)) };
+        match p {
+            LLCSAP_ISONS | LLCSAP_IP | LLCSAP_NETBEUI => {
+                Ok(Cond::and(is_8023()?, self.cmp(Rel::Llc, 0, 2, (p << 8) | p)?))
+            }
+            LLCSAP_IPX => {
+                let b1 = Cond::or(self.cmp(Rel::Llc, 0, 1, LLCSAP_IPX)?, self.cmp(Rel::Llc, 0, 2, 0xffff)?);
+                let b1 = Cond::or(self.snap(0, ETHERTYPE_IPX)?, b1);
+                let b1 = Cond::and(is_8023()?, b1);
+                Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, ETHERTYPE_IPX)?, b1))
+            }
+            ETHERTYPE_ATALK | ETHERTYPE_AARP => {
+                let snap = if p == ETHERTYPE_ATALK {
+                    self.snap(0x080007, ETHERTYPE_ATALK)?
+                } else {
+                    self.snap(0, ETHERTYPE_AARP)?
+                };
+                let b1 = Cond::and(is_8023()?, snap);
+                Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, p)?, b1))
+            }
+            _ if p <= ETHERMTU => Ok(Cond::and(is_8023()?, self.cmp(Rel::LinkType, 2, 1, p)?)),
+            _ => self.cmp(Rel::LinkType, 0, 2, p),
+        }
+    }
+
+    fn sll_linktype(&self, p: u32) -> CResult<Cond> {
+        match p {
+            LLCSAP_ISONS | LLCSAP_IP | LLCSAP_NETBEUI => Ok(Cond::and(
+                self.cmp(Rel::LinkType, 0, 2, LINUX_SLL_P_802_2)?,
+                self.cmp(Rel::LinkPl, 0, 2, (p << 8) | p)?,
+            )),
+            LLCSAP_IPX => {
+                let b1 = Cond::or(self.cmp(Rel::Llc, 0, 1, LLCSAP_IPX)?, self.snap(0, ETHERTYPE_IPX)?);
+                let b1 = Cond::and(self.cmp(Rel::LinkType, 0, 2, LINUX_SLL_P_802_2)?, b1);
+                let b1 = Cond::or(self.cmp(Rel::LinkType, 0, 2, LINUX_SLL_P_802_3)?, b1);
+                Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, ETHERTYPE_IPX)?, b1))
+            }
+            ETHERTYPE_ATALK | ETHERTYPE_AARP => {
+                let snap = if p == ETHERTYPE_ATALK {
+                    self.snap(0x080007, ETHERTYPE_ATALK)?
+                } else {
+                    self.snap(0, ETHERTYPE_AARP)?
+                };
+                let b1 = Cond::and(self.cmp(Rel::LinkType, 0, 2, LINUX_SLL_P_802_2)?, snap);
+                Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, p)?, b1))
+            }
+            _ if p <= ETHERMTU => {
+                let llc = self.off(Rel::Llc, 0)?;
+                Ok(Cond::and(
+                    self.cmp(Rel::LinkType, 0, 2, LINUX_SLL_P_802_2)?,
+                    self.cmp(Rel::LinkHdr, llc - self.off_linkhdr, 1, p)?,
+                ))
+            }
+            _ => self.cmp(Rel::LinkType, 0, 2, p),
+        }
+    }
+
+    // ---- protocols -------------------------------------------------------------------------------------------
+
+    fn proto_abbrev(&self, p: Proto) -> CResult<Cond> {
+        match p {
+            Proto::Sctp => self.gen_proto(IPPROTO_SCTP, Proto::Default),
+            Proto::Tcp => self.gen_proto(IPPROTO_TCP, Proto::Default),
+            Proto::Udp => self.gen_proto(IPPROTO_UDP, Proto::Default),
+            Proto::Icmp => self.gen_proto(1, Proto::Ip),
+            Proto::Igmp => self.gen_proto(2, Proto::Ip),
+            Proto::Igrp => self.gen_proto(9, Proto::Ip),
+            Proto::Pim => self.gen_proto(103, Proto::Default),
+            Proto::Vrrp | Proto::Carp => self.gen_proto(112, Proto::Ip),
+            Proto::Ip => self.linktype(ETHERTYPE_IP),
+            Proto::Arp => self.linktype(ETHERTYPE_ARP),
+            Proto::Rarp => self.linktype(ETHERTYPE_REVARP),
+            Proto::Ip6 => self.linktype(ETHERTYPE_IPV6),
+            Proto::Icmp6 => self.gen_proto(58, Proto::Ip6),
+            Proto::Ah => self.gen_proto(51, Proto::Default),
+            Proto::Esp => self.gen_proto(50, Proto::Default),
+            Proto::Link => self.err("link layer applied in wrong context"),
+            Proto::Default => self.err("a protocol is required here"),
+        }
+    }
+
+    fn gen_proto(&self, v: u32, proto: Proto) -> CResult<Cond> {
+        match proto {
+            Proto::Default => Ok(Cond::or(self.gen_proto(v, Proto::Ip)?, self.gen_proto(v, Proto::Ip6)?)),
+            Proto::Link => self.linktype(v),
+            Proto::Ip => Ok(Cond::and(self.linktype(ETHERTYPE_IP)?, self.cmp(Rel::LinkPl, 9, 1, v)?)),
+            Proto::Ip6 => {
+                let b0 = self.linktype(ETHERTYPE_IPV6)?;
+                // Also a fragment header right before the final header.
+                let frag = Cond::and(self.cmp(Rel::LinkPl, 6, 1, 44)?, self.cmp(Rel::LinkPl, 40, 1, v)?);
+                let b1 = Cond::or(self.cmp(Rel::LinkPl, 6, 1, v)?, frag);
+                Ok(Cond::and(b0, b1))
+            }
+            Proto::Arp => self.err("arp does not encapsulate another protocol"),
+            Proto::Rarp => self.err("rarp does not encapsulate another protocol"),
+            p => self.err(format!("'{} proto' is bogus", p.name())),
+        }
+    }
+
+    // ---- hosts and networks ----------------------------------------------------------------------------------
+
+    fn hostop(&self, addr: u32, mask: u32, dir: Dir, ll: u32, src: u32, dst: u32) -> CResult<Cond> {
+        let off = match dir {
+            Dir::Src => src,
+            Dir::Dst => dst,
+            Dir::SrcAndDst => {
+                let a = self.hostop(addr, mask, Dir::Src, ll, src, dst)?;
+                return Ok(Cond::and(a, self.hostop(addr, mask, Dir::Dst, ll, src, dst)?));
+            }
+            Dir::Default | Dir::SrcOrDst => {
+                let a = self.hostop(addr, mask, Dir::Src, ll, src, dst)?;
+                return Ok(Cond::or(a, self.hostop(addr, mask, Dir::Dst, ll, src, dst)?));
+            }
+        };
+        Ok(Cond::and(self.linktype(ll)?, self.mcmp(Rel::LinkPl, off, 4, addr, mask)?))
+    }
+
+    fn gen_host(&self, addr: u32, mask: u32, proto: Proto, dir: Dir, kind: AddrKind) -> CResult<Cond> {
+        let typestr = if kind == AddrKind::Net { "net" } else { "host" };
+        match proto {
+            Proto::Default => {
+                let b0 = self.gen_host(addr, mask, Proto::Ip, dir, kind)?;
+                // Not ARP or RARP inside MPLS.
+                if self.label_stack_depth == 0 {
+                    let b1 = Cond::or(b0, self.gen_host(addr, mask, Proto::Arp, dir, kind)?);
+                    return Ok(Cond::or(b1, self.gen_host(addr, mask, Proto::Rarp, dir, kind)?));
+                }
+                Ok(b0)
+            }
+            Proto::Ip => self.hostop(addr, mask, dir, ETHERTYPE_IP, 12, 16),
+            Proto::Arp => self.hostop(addr, mask, dir, ETHERTYPE_ARP, 14, 24),
+            Proto::Rarp => self.hostop(addr, mask, dir, ETHERTYPE_REVARP, 14, 24),
+            Proto::Link => self.err(format!("link-layer modifier applied to {typestr}")),
+            Proto::Ip6 => self.err("'ip6' modifier applied to ip host"),
+            p => self.err(format!("'{}' modifier applied to {typestr}", p.name())),
+        }
+    }
+
+    fn gen_host6(&self, addr: u128, mask: u128, proto: Proto, dir: Dir, kind: AddrKind) -> CResult<Cond> {
+        let typestr = if kind == AddrKind::Net { "net" } else { "host" };
+        match proto {
+            Proto::Default | Proto::Ip6 => self.hostop6(addr, mask, dir, 8, 24),
+            Proto::Link => self.err(format!("link-layer modifier applied to ip6 {typestr}")),
+            p => self.err(format!("'{}' modifier applied to ip6 {typestr}", p.name())),
+        }
+    }
+
+    fn hostop6(&self, addr: u128, mask: u128, dir: Dir, src: u32, dst: u32) -> CResult<Cond> {
+        let off = match dir {
+            Dir::Src => src,
+            Dir::Dst => dst,
+            Dir::SrcAndDst => {
+                let a = self.hostop6(addr, mask, Dir::Src, src, dst)?;
+                return Ok(Cond::and(a, self.hostop6(addr, mask, Dir::Dst, src, dst)?));
+            }
+            Dir::Default | Dir::SrcOrDst => {
+                let a = self.hostop6(addr, mask, Dir::Src, src, dst)?;
+                return Ok(Cond::or(a, self.hostop6(addr, mask, Dir::Dst, src, dst)?));
+            }
+        };
+        let word = |x: u128, i: u32| (x >> (96 - 32 * i)) as u32;
+        let mut b = self.mcmp(Rel::LinkPl, off + 12, 4, word(addr, 3), word(mask, 3))?;
+        for i in (0..3).rev() {
+            b = Cond::and(self.mcmp(Rel::LinkPl, off + 4 * i, 4, word(addr, i), word(mask, i))?, b);
+        }
+        Ok(Cond::and(self.linktype(ETHERTYPE_IPV6)?, b))
+    }
+
+    fn ehostop(&self, mac: &[u8; 6], dir: Dir) -> CResult<Cond> {
+        match dir {
+            Dir::Src => self.bcmp(Rel::LinkHdr, 6, mac),
+            Dir::Dst => self.bcmp(Rel::LinkHdr, 0, mac),
+            Dir::SrcAndDst => Ok(Cond::and(self.ehostop(mac, Dir::Src)?, self.ehostop(mac, Dir::Dst)?)),
+            Dir::Default | Dir::SrcOrDst => Ok(Cond::or(self.ehostop(mac, Dir::Src)?, self.ehostop(mac, Dir::Dst)?)),
+        }
+    }
+
+    // ---- ports -----------------------------------------------------------------------------------------------
+
+    fn port_proto(&self, proto: Proto, what: &str) -> CResult<Option<u32>> {
+        match proto {
+            Proto::Udp => Ok(Some(IPPROTO_UDP)),
+            Proto::Tcp => Ok(Some(IPPROTO_TCP)),
+            Proto::Sctp => Ok(Some(IPPROTO_SCTP)),
+            Proto::Default => Ok(None),
+            _ => self.err(format!("illegal qualifier of '{what}'")),
+        }
+    }
+
+    /// Ports `lo..=hi` in direction `dir` of an IPv4 (`v6 == false`) or IPv6 transport header.
+    fn portatoms(&self, v6: bool, lo: u32, hi: u32, range: bool, dir: Dir) -> CResult<Cond> {
+        let atom = |off: u32| -> CResult<Cond> {
+            let v = || -> CResult<Val> { if v6 { self.ld(Rel::LinkPl, 40 + off, 2) } else { self.ld_tran4(off, 2) } };
+            if range {
+                let ge = Cond::Cmp { v: v()?, test: Test::Ge, k: lo };
+                let le = Cond::not(Cond::Cmp { v: v()?, test: Test::Gt, k: hi });
+                Ok(Cond::and(ge, le))
+            } else {
+                Ok(Cond::Cmp { v: v()?, test: Test::Eq, k: lo })
+            }
+        };
+        Ok(match dir {
+            Dir::Src => atom(0)?,
+            Dir::Dst => atom(2)?,
+            Dir::SrcAndDst => Cond::and(atom(0)?, atom(2)?),
+            Dir::Default | Dir::SrcOrDst => Cond::or(atom(0)?, atom(2)?),
+        })
+    }
+
+    fn portop(&self, v6: bool, lo: u32, hi: u32, range: bool, proto: u32, dir: Dir) -> CResult<Cond> {
+        let ports = self.portatoms(v6, lo, hi, range, dir)?;
+        if v6 {
+            Ok(Cond::and(self.cmp(Rel::LinkPl, 6, 1, proto)?, ports))
+        } else {
+            let b0 = Cond::and(self.cmp(Rel::LinkPl, 9, 1, proto)?, self.ipfrag()?);
+            Ok(Cond::and(b0, ports))
+        }
+    }
+
+    /// `gen_port`/`gen_port6`/`gen_portrange`/`gen_portrange6`, IPv6 first as libpcap ORs them.
+    fn ports(&self, lo: u32, hi: u32, range: bool, proto: Option<u32>, dir: Dir) -> CResult<Cond> {
+        let (lo, hi) = if lo > hi { (hi, lo) } else { (lo, hi) };
+        let one = |v6: bool| -> CResult<Cond> {
+            let b0 = self.linktype(if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IP })?;
+            let b1 = match proto {
+                Some(p) => self.portop(v6, lo, hi, range, p, dir)?,
+                None => {
+                    let tcp_udp = Cond::or(
+                        self.portop(v6, lo, hi, range, IPPROTO_TCP, dir)?,
+                        self.portop(v6, lo, hi, range, IPPROTO_UDP, dir)?,
+                    );
+                    Cond::or(self.portop(v6, lo, hi, range, IPPROTO_SCTP, dir)?, tcp_udp)
+                }
+            };
+            Ok(Cond::and(b0, b1))
+        };
+        Ok(Cond::or(one(true)?, one(false)?))
+    }
+
+    // ---- identifiers -----------------------------------------------------------------------------------------
+
+    fn id(&self, q: Qual, id: &Id) -> CResult<Cond> {
+        match id {
+            Id::Num(v) => self.ncode(None, *v, q),
+            Id::V4 { addr, bits } => {
+                match q.addr {
+                    AddrKind::Port => return self.err("'port' modifier applied to ip host"),
+                    AddrKind::PortRange => return self.err("'portrange' modifier applied to ip host"),
+                    AddrKind::Proto => return self.err("'proto' modifier applied to ip host"),
+                    _ => {}
+                }
+                self.ncode(Some(*bits), *addr, q)
+            }
+            Id::V4Prefix { addr, bits, len } => {
+                let n = addr << (32 - u32::from(*bits));
+                if *len > 32 {
+                    return self.err("mask length must be <= 32");
+                }
+                let m = if *len == 0 { 0 } else { u32::MAX << (32 - len) };
+                if n & !m != 0 {
+                    return self.err(format!("non-network bits set in \"{id}\""));
+                }
+                self.mcode(n, m, q)
+            }
+            Id::V4Mask { addr, bits, mask, mask_bits } => {
+                let n = addr << (32 - u32::from(*bits));
+                let m = mask << (32 - u32::from(*mask_bits));
+                if n & !m != 0 {
+                    return self.err(format!("non-network bits set in \"{id}\""));
+                }
+                self.mcode(n, m, q)
+            }
+            Id::V6 { addr, len } => {
+                let len = len.unwrap_or(128);
+                if len > 128 {
+                    return self.err("mask length must be <= 128");
+                }
+                let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+                if addr & !mask != 0 {
+                    return self.err(format!("non-network bits set in \"{id}\""));
+                }
+                match q.addr {
+                    AddrKind::Default | AddrKind::Host if len != 128 => self.err("Mask syntax for networks only"),
+                    AddrKind::Default | AddrKind::Host | AddrKind::Net => {
+                        self.gen_host6(*addr, mask, q.proto, q.dir, q.addr)
+                    }
+                    _ => self.err("invalid qualifier against IPv6 address"),
+                }
+            }
+            Id::Mac(mac) => {
+                if matches!(q.addr, AddrKind::Host | AddrKind::Default) && q.proto == Proto::Link {
+                    match self.dlt {
+                        Dlt::Ether => self.ehostop(mac, q.dir),
+                        _ => self.link_err(
+                            "ethernet addresses supported only on ethernet/FDDI/token ring/802.11/ATM LANE/Fibre Channel",
+                        ),
+                    }
+                } else {
+                    self.err("ethernet address used in non-ether expression")
+                }
+            }
+            Id::Name(name) => self.scode(name, q),
+        }
+    }
+
+    fn mcode(&self, n: u32, m: u32, q: Qual) -> CResult<Cond> {
+        match q.addr {
+            AddrKind::Net => self.gen_host(n, m, q.proto, q.dir, q.addr),
+            _ => self.err("Mask syntax for networks only"),
+        }
+    }
+
+    /// `gen_ncode`: a number or a dotted address of `bits` bits (`None`: a plain number).
+    fn ncode(&self, bits: Option<u8>, v: u32, q: Qual) -> CResult<Cond> {
+        match q.addr {
+            AddrKind::Default | AddrKind::Host | AddrKind::Net => {
+                if q.proto == Proto::Link {
+                    return self.err("illegal link layer address");
+                }
+                let (mut v, mut mask) = (v, u32::MAX);
+                if bits.is_none() && q.addr == AddrKind::Net {
+                    // Promote a short net number: `net 10` is 10.0.0.0/8.
+                    while v != 0 && v & 0xff00_0000 == 0 {
+                        v <<= 8;
+                        mask <<= 8;
+                    }
+                } else {
+                    let shift = 32 - u32::from(bits.unwrap_or(32));
+                    v = v.checked_shl(shift).unwrap_or(0);
+                    mask = mask.checked_shl(shift).unwrap_or(0);
+                }
+                self.gen_host(v, mask, q.proto, q.dir, q.addr)
+            }
+            AddrKind::Port | AddrKind::PortRange => {
+                let range = q.addr == AddrKind::PortRange;
+                let proto = self.port_proto(q.proto, if range { "portrange" } else { "port" })?;
+                if v > 65535 {
+                    return self.err(format!("illegal port number {v} > 65535"));
+                }
+                self.ports(v, v, range, proto, q.dir)
+            }
+            AddrKind::Proto => self.gen_proto(v, q.proto),
+        }
+    }
+
+    /// `gen_scode`: a name.
+    fn scode(&self, name: &str, q: Qual) -> CResult<Cond> {
+        let unknown = |what: &'static str| {
+            Err(FilterError::new(ErrorKind::UnknownName { what, name: name.to_string() }, self.span))
+        };
+        match q.addr {
+            AddrKind::Net => {
+                Err(FilterError::new(ErrorKind::NameLookup { what: "network", name: name.into() }, self.span))
+            }
+            AddrKind::Default | AddrKind::Host => {
+                let what = if q.proto == Proto::Link { "ethernet host" } else { "host" };
+                Err(FilterError::new(ErrorKind::NameLookup { what, name: name.into() }, self.span))
+            }
+            AddrKind::Port | AddrKind::PortRange => {
+                let range = q.addr == AddrKind::PortRange;
+                let want = self.port_proto(q.proto, if range { "portrange" } else { "port" })?;
+                let (lo, hi, real) = if range {
+                    match names::port_range(name) {
+                        Some(r) => r,
+                        None => return unknown("port range"),
+                    }
+                } else {
+                    match names::port(name) {
+                        Some((p, real)) => (p, p, real),
+                        None => return unknown("port"),
+                    }
+                };
+                let what = if range { "port in range" } else { "port" };
+                let real = match (want, real) {
+                    (None, r) => r,
+                    (Some(w), None) => Some(w),
+                    (Some(w), Some(r)) if w == r => Some(w),
+                    (Some(_), Some(r)) => {
+                        let pname = match r {
+                            IPPROTO_TCP => "tcp",
+                            IPPROTO_UDP => "udp",
+                            _ => "sctp",
+                        };
+                        return self.err(format!("{what} '{name}' is {pname}"));
+                    }
+                };
+                for p in [lo, hi] {
+                    if p > 65535 {
+                        return self.err(format!("illegal port number {p} > 65535"));
+                    }
+                }
+                self.ports(lo, hi, range, real, q.dir)
+            }
+            AddrKind::Proto => {
+                let v = match q.proto {
+                    Proto::Default | Proto::Ip | Proto::Ip6 => match names::ip_proto(name) {
+                        Some(v) => v,
+                        None => return unknown("ip proto"),
+                    },
+                    Proto::Link => match names::ether_proto(name) {
+                        Some(v) => v,
+                        None => return unknown("ether proto"),
+                    },
+                    _ => u32::MAX,
+                };
+                self.gen_proto(v, q.proto)
+            }
+        }
+    }
+
+    // ---- arithmetic ------------------------------------------------------------------------------------------
+
+    fn arith(&self, a: &Arith) -> CResult<Arth> {
+        Ok(match a {
+            Arith::Num(k) => Arth { val: Val::K(*k), cond: None, first_const: Some(*k) },
+            Arith::Len => Arth { val: Val::Len, cond: None, first_const: None },
+            Arith::Neg(x) => {
+                let x = self.arith(x)?;
+                // libpcap's optimiser folds constants.
+                let val = match x.val {
+                    Val::K(k) => Val::K(k.wrapping_neg()),
+                    v => Val::Neg(Box::new(v)),
+                };
+                Arth { val, ..x }
+            }
+            Arith::Bin(op, a0, a1) => {
+                let a0 = self.arith(a0)?;
+                let a1 = self.arith(a1)?;
+                // libpcap refuses a divisor whose first statement loads the constant 0, and a shift count whose
+                // first statement loads a constant above 31.
+                match (op, a1.first_const) {
+                    (ArithOp::Div, Some(0)) => return self.err("division by zero"),
+                    (ArithOp::Mod, Some(0)) => return self.err("modulus by zero"),
+                    (ArithOp::Shl | ArithOp::Shr, Some(k)) if k > 31 => {
+                        return self.err("shift by more than 31 bits");
+                    }
+                    _ => {}
+                }
+                let alu = match op {
+                    ArithOp::Add => Alu::Add,
+                    ArithOp::Sub => Alu::Sub,
+                    ArithOp::Mul => Alu::Mul,
+                    ArithOp::Div => Alu::Div,
+                    ArithOp::Mod => Alu::Mod,
+                    ArithOp::And => Alu::And,
+                    ArithOp::Or => Alu::Or,
+                    ArithOp::Xor => Alu::Xor,
+                    ArithOp::Shl => Alu::Shl,
+                    ArithOp::Shr => Alu::Shr,
+                };
+                let val = match (a0.val, a1.val) {
+                    // libpcap's optimiser folds constant operations, and refuses a constant division by zero.
+                    (Val::K(x), Val::K(y)) => match alu.apply(x, y) {
+                        Some(v) => Val::K(v),
+                        None if alu == Alu::Div => return self.err("division by zero"),
+                        None => return self.err("modulus by zero"),
+                    },
+                    // libpcap's optimiser turns `A / X` with a constant X into `A / k` and refuses k = 0.
+                    (_, Val::K(0)) if alu == Alu::Div => return self.err("division by zero"),
+                    (_, Val::K(0)) if alu == Alu::Mod => return self.err("modulus by zero"),
+                    (x, y) => Val::Alu(alu, Box::new(x), Box::new(y)),
+                };
+                // libpcap keeps only the left operand's condition.
+                Arth { val, cond: a0.cond, first_const: a0.first_const }
+            }
+            Arith::Load { proto, index, size } => self.load(*proto, index, *size as u8)?,
+        })
+    }
+
+    fn indexed(&self, index: Val, off: u32, size: u8) -> Val {
+        match index {
+            Val::K(k) => match off.checked_add(k) {
+                Some(o) => Val::Ld { off: o, size },
+                None => Val::LdInd { base: Box::new(Val::K(k)), off, size },
+            },
+            base => Val::LdInd { base: Box::new(base), off, size },
+        }
+    }
+
+    fn load(&self, proto: Proto, index: &Arith, size: u8) -> CResult<Arth> {
+        let inst = self.arith(index)?;
+        let first_const = inst.first_const;
+        let (val, cond) = match proto {
+            Proto::Link => {
+                let off = self.off(Rel::LinkHdr, 0)?;
+                (self.indexed(inst.val, off, size), inst.cond)
+            }
+            Proto::Ip | Proto::Arp | Proto::Rarp | Proto::Ip6 => {
+                let b = self.proto_abbrev(proto)?;
+                let off = self.off(Rel::LinkPl, 0)?;
+                (self.indexed(inst.val, off, size), Some(and_opt(inst.cond, b)))
+            }
+            Proto::Sctp
+            | Proto::Tcp
+            | Proto::Udp
+            | Proto::Icmp
+            | Proto::Igmp
+            | Proto::Igrp
+            | Proto::Pim
+            | Proto::Vrrp
+            | Proto::Carp => {
+                let nl = self.off(Rel::LinkPl, 0)?;
+                let val = match inst.val {
+                    // A constant index: the same load as `index + header length` when that cannot wrap.
+                    Val::K(k) if k < u32::MAX - 64 && nl.checked_add(k).is_some() => {
+                        Val::LdInd { base: Box::new(Val::Msh(nl)), off: nl + k, size }
+                    }
+                    index => {
+                        let base = Val::Alu(Alu::Add, Box::new(index), Box::new(Val::Msh(nl)));
+                        Val::LdInd { base: Box::new(base), off: nl, size }
+                    }
+                };
+                let b = Cond::and(self.proto_abbrev(proto)?, self.ipfrag()?);
+                let b = and_opt(inst.cond, b);
+                let b = Cond::and(self.proto_abbrev(Proto::Ip)?, b);
+                (val, Some(b))
+            }
+            Proto::Icmp6 => {
+                let b = and_opt(inst.cond, self.proto_abbrev(Proto::Ip6)?);
+                let b = Cond::and(b, self.cmp(Rel::LinkPl, 6, 1, 58)?);
+                let off = self.off(Rel::LinkPl, 40)?;
+                (self.indexed(inst.val, off, size), Some(b))
+            }
+            Proto::Ah | Proto::Esp | Proto::Default => return self.err("unsupported index operation"),
+        };
+        Ok(Arth { val, cond, first_const })
+    }
+
+    // ---- primitives ------------------------------------------------------------------------------------------
+
+    fn prim(&mut self, p: &Prim) -> CResult<Cond> {
+        match p {
+            Prim::Id { q, id, at } => {
+                let outer = self.span;
+                self.span = at.0;
+                let c = self.id(*q, id);
+                self.span = outer;
+                c
+            }
+            Prim::Proto(p) => self.proto_abbrev(*p),
+            Prim::Rel { op, lhs, rhs } => {
+                let a0 = self.arith(lhs)?;
+                let a1 = self.arith(rhs)?;
+                let (test, reversed) = match op {
+                    RelOp::Gt => (Test::Gt, false),
+                    RelOp::Ge => (Test::Ge, false),
+                    RelOp::Eq => (Test::Eq, false),
+                    RelOp::Ne => (Test::Eq, true),
+                    RelOp::Lt => (Test::Ge, true),
+                    RelOp::Le => (Test::Gt, true),
+                };
+                let mut b = Cond::CmpX { a: a0.val, test, b: a1.val };
+                if reversed {
+                    b = Cond::not(b);
+                }
+                let b = and_opt(a0.cond, b);
+                Ok(and_opt(a1.cond, b))
+            }
+            Prim::Broadcast(p) => match p {
+                Proto::Default | Proto::Link => match self.dlt {
+                    Dlt::Arcnet => self.cmp(Rel::LinkHdr, 1, 1, 0),
+                    Dlt::Ether => self.ehostop(&[0xff; 6], Dir::Dst),
+                    _ => self.link_err("not a broadcast link"),
+                },
+                Proto::Ip => {
+                    // tcpdump reading a file compiles with netmask 0, so the host part is the whole address.
+                    let b1 = self.mcmp(Rel::LinkPl, 16, 4, 0, u32::MAX)?;
+                    let b2 = self.mcmp(Rel::LinkPl, 16, 4, u32::MAX, u32::MAX)?;
+                    Ok(Cond::and(self.linktype(ETHERTYPE_IP)?, Cond::or(b1, b2)))
+                }
+                _ => self.err("only link-layer/IP broadcast filters supported"),
+            },
+            Prim::Multicast(p) => match p {
+                Proto::Default | Proto::Link => match self.dlt {
+                    Dlt::Arcnet => self.cmp(Rel::LinkHdr, 1, 1, 0),
+                    Dlt::Ether => Ok(Cond::Cmp { v: self.ld(Rel::LinkHdr, 0, 1)?, test: Test::Set, k: 1 }),
+                    _ => self.link_err(
+                        "link-layer multicast filters supported only on ethernet/FDDI/token ring/ARCNET/802.11/ATM LANE/Fibre Channel",
+                    ),
+                },
+                Proto::Ip => Ok(Cond::and(self.linktype(ETHERTYPE_IP)?, self.cmp_ge(Rel::LinkPl, 16, 1, 224)?)),
+                Proto::Ip6 => Ok(Cond::and(self.linktype(ETHERTYPE_IPV6)?, self.cmp(Rel::LinkPl, 24, 1, 255)?)),
+                _ => self.err(
+                    "link-layer multicast filters supported only on ethernet/FDDI/token ring/ARCNET/802.11/ATM LANE/Fibre Channel",
+                ),
+            },
+            Prim::Less(n) => Ok(Cond::not(Cond::Cmp { v: Val::Len, test: Test::Gt, k: *n })),
+            Prim::Greater(n) => Ok(Cond::Cmp { v: Val::Len, test: Test::Ge, k: *n }),
+            Prim::Vlan(id) => self.vlan(*id),
+            Prim::Mpls(label) => self.mpls(*label),
+            Prim::Pppoed => self.linktype(ETHERTYPE_PPPOED),
+            Prim::Pppoes(sid) => self.pppoes(*sid),
+            Prim::After(t) => Ok(Cond::Time { after: true, t: *t }),
+            Prim::Before(t) => Ok(Cond::Time { after: false, t: *t }),
+        }
+    }
+
+    fn vlan(&mut self, id: Option<u32>) -> CResult<Cond> {
+        if self.label_stack_depth > 0 {
+            return self.err("no VLAN match after MPLS");
+        }
+        if self.dlt != Dlt::Ether {
+            return self.link_err("no VLAN support");
+        }
+        let b = Cond::or(self.linktype(ETHERTYPE_8021Q)?, self.linktype(ETHERTYPE_8021AD)?);
+        let mut b = Cond::or(b, self.linktype(ETHERTYPE_8021QINQ)?);
+        if let Some(id) = id {
+            if id > 0x0fff {
+                return self.err(format!("VLAN tag {id} greater than maximum 4095"));
+            }
+            b = Cond::and(b, self.mcmp(Rel::LinkPl, 0, 2, id, 0x0fff)?);
+        }
+        // Everything after this looks inside the tag.
+        self.off_linkpl = self.off_linkpl.map(|o| o + 4);
+        self.off_linktype = self.off_linktype.map(|o| o + 4);
+        self.vlan_stack_depth += 1;
+        Ok(b)
+    }
+
+    fn mpls(&mut self, label: Option<u32>) -> CResult<Cond> {
+        let mut b = if self.label_stack_depth > 0 {
+            // Inside a label stack: the previous label is not the bottom one.
+            self.mcmp(Rel::PrevMpls, 2, 1, 0, 0x01)?
+        } else {
+            match self.dlt {
+                Dlt::CHdlc | Dlt::Ether => self.linktype(ETHERTYPE_MPLS)?,
+                // Only DLT_PPP itself (not PPP in HDLC framing, pppd or PPPoE-pushed PPP).
+                Dlt::Ppp if self.dlt_value == 9 => self.linktype(PPP_MPLS_UCAST)?,
+                _ => return self.link_err("no MPLS support"),
+            }
+        };
+        if let Some(label) = label {
+            if label > 0xfffff {
+                return self.err(format!("MPLS label {label} greater than maximum 1048575"));
+            }
+            b = Cond::and(b, self.mcmp(Rel::LinkPl, 0, 4, label << 12, 0xffff_f000)?);
+        }
+        self.off_nl += 4;
+        self.label_stack_depth += 1;
+        Ok(b)
+    }
+
+    fn pppoes(&mut self, sid: Option<u32>) -> CResult<Cond> {
+        let mut b = self.linktype(ETHERTYPE_PPPOES)?;
+        if let Some(sid) = sid {
+            if sid > 0xffff {
+                return self.err(format!("PPPoE session number {sid} greater than maximum 65535"));
+            }
+            b = Cond::and(b, self.mcmp(Rel::LinkPl, 0, 4, sid, 0xffff)?);
+        }
+        // From here on the packet is PPP, 6 bytes (the PPPoE header) into the link-layer payload.
+        let hdr = self.off(Rel::LinkPl, 6)?;
+        self.dlt = Dlt::Ppp;
+        self.dlt_value = 9;
+        self.off_linkhdr = hdr;
+        self.off_linktype = Some(hdr);
+        self.off_linkpl = Some(hdr + 2);
+        self.off_nl = 0;
+        Ok(b)
+    }
+}
+
+/// libpcap's `ethertype_to_ppptype`.
+fn ethertype_to_ppptype(p: u32) -> u32 {
+    match p {
+        ETHERTYPE_IP => 0x0021,
+        ETHERTYPE_IPV6 => 0x0057,
+        0x6003 => 0x0027, // DECnet
+        ETHERTYPE_ATALK => 0x0029,
+        0x0600 => 0x0025, // XNS
+        LLCSAP_ISONS => 0x0023,
+        0x42 => 0x0031, // 802.1D bridge PDU
+        LLCSAP_IPX => 0x002b,
+        other => other,
+    }
+}

@@ -1,0 +1,284 @@
+//! The compiled form of a filter: a tree of tests over loads from the packet, with libpcap's run-time rules.
+//!
+//! Semantics (those of libpcap's BPF interpreter, `bpf_filter`):
+//! - Loads are big-endian and bounds-checked against the captured length; a load past the end, or a division or
+//!   modulus by zero, ends the whole program with "no match", wherever it happens (even under a `not`).
+//! - Arithmetic is on `u32`, wrapping; shifts by 32 or more give 0; comparisons are unsigned.
+//! - `and` and `or` evaluate their left side first and stop as soon as the result is known, so a load on the
+//!   right is only made when the left side lets evaluation reach it.
+//!
+//! [`Cond::eval`] is the reference evaluator; [`crate::Matcher`] runs the same tree flattened into bytecode.
+
+use std::fmt;
+
+/// A jump test of libpcap's BPF: `==`, `>`, `>=` or "any of these bits set".
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Test {
+    /// `a == b`
+    Eq,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+    /// `a & b != 0`
+    Set,
+}
+
+impl Test {
+    #[inline]
+    pub(crate) fn apply(self, a: u32, b: u32) -> bool {
+        match self {
+            Test::Eq => a == b,
+            Test::Gt => a > b,
+            Test::Ge => a >= b,
+            Test::Set => a & b != 0,
+        }
+    }
+}
+
+/// An arithmetic operation of BPF's ALU.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Alu {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/` (by zero: no match)
+    Div,
+    /// `%` (by zero: no match)
+    Mod,
+    /// `&`
+    And,
+    /// `|`
+    Or,
+    /// `^`
+    Xor,
+    /// `<<` (32 or more: 0)
+    Shl,
+    /// `>>` (32 or more: 0)
+    Shr,
+}
+
+impl Alu {
+    /// Applies the operation; `None` for a division or modulus by zero.
+    #[inline]
+    pub fn apply(self, a: u32, b: u32) -> Option<u32> {
+        Some(match self {
+            Alu::Add => a.wrapping_add(b),
+            Alu::Sub => a.wrapping_sub(b),
+            Alu::Mul => a.wrapping_mul(b),
+            Alu::Div => a.checked_div(b)?,
+            Alu::Mod => a.checked_rem(b)?,
+            Alu::And => a & b,
+            Alu::Or => a | b,
+            Alu::Xor => a ^ b,
+            Alu::Shl => a.checked_shl(b).unwrap_or(0),
+            Alu::Shr => a.checked_shr(b).unwrap_or(0),
+        })
+    }
+}
+
+/// A 32-bit value computed from the packet.
+#[derive(Clone, PartialEq, Eq, Debug, Hash)]
+pub enum Val {
+    /// A constant.
+    K(u32),
+    /// The length on the wire.
+    Len,
+    /// `size` bytes (1, 2 or 4) big-endian at a fixed offset.
+    Ld {
+        /// Offset from the start of the packet.
+        off: u32,
+        /// 1, 2 or 4.
+        size: u8,
+    },
+    /// `size` bytes at `base + off`, where `base` is computed (BPF's indexed load).
+    LdInd {
+        /// The computed part of the offset.
+        base: Box<Val>,
+        /// The constant part.
+        off: u32,
+        /// 1, 2 or 4.
+        size: u8,
+    },
+    /// `4 * (packet[off] & 0xf)`: an IPv4 header length (BPF's `ldxb 4*([k]&0xf)`).
+    Msh(u32),
+    /// An operation on two values (left computed first).
+    Alu(Alu, Box<Val>, Box<Val>),
+    /// Negation (two's complement).
+    Neg(Box<Val>),
+}
+
+/// The facts about a packet a filter looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<'a> {
+    /// The captured bytes.
+    pub data: &'a [u8],
+    /// The length on the wire.
+    pub wirelen: u32,
+    /// The timestamp in nanoseconds since the epoch (for `after`/`before`).
+    pub ts_ns: u64,
+}
+
+#[inline]
+pub(crate) fn load(data: &[u8], off: u64, size: u8) -> Option<u32> {
+    let start = usize::try_from(off).ok()?;
+    let bytes = data.get(start..start.checked_add(usize::from(size))?)?;
+    Some(match *bytes {
+        [a] => u32::from(a),
+        [a, b] => u32::from(u16::from_be_bytes([a, b])),
+        [a, b, c, d] => u32::from_be_bytes([a, b, c, d]),
+        _ => return None,
+    })
+}
+
+impl Val {
+    /// The value, or `None` when a load falls outside the packet or a division is by zero.
+    pub fn eval(&self, p: &Packet<'_>) -> Option<u32> {
+        match self {
+            Val::K(k) => Some(*k),
+            Val::Len => Some(p.wirelen),
+            Val::Ld { off, size } => load(p.data, u64::from(*off), *size),
+            Val::LdInd { base, off, size } => {
+                let b = base.eval(p)?;
+                load(p.data, u64::from(b) + u64::from(*off), *size)
+            }
+            Val::Msh(off) => load(p.data, u64::from(*off), 1).map(|b| 4 * (b & 0xf)),
+            Val::Alu(op, a, b) => {
+                let a = a.eval(p)?;
+                let b = b.eval(p)?;
+                op.apply(a, b)
+            }
+            Val::Neg(a) => Some(a.eval(p)?.wrapping_neg()),
+        }
+    }
+
+    /// Whether evaluating this value can end the program (a load or a division).
+    pub fn can_fail(&self) -> bool {
+        match self {
+            Val::K(_) | Val::Len => false,
+            Val::Ld { .. } | Val::LdInd { .. } | Val::Msh(_) => true,
+            Val::Alu(op, a, b) => matches!(op, Alu::Div | Alu::Mod) || a.can_fail() || b.can_fail(),
+            Val::Neg(a) => a.can_fail(),
+        }
+    }
+}
+
+/// A boolean test tree.
+#[derive(Clone, PartialEq, Eq, Debug, Hash)]
+pub enum Cond {
+    /// Always (libpcap's `gen_true`).
+    True,
+    /// Never (libpcap's `gen_false`).
+    False,
+    /// `test(v, k)` against a constant.
+    Cmp {
+        /// The value.
+        v: Val,
+        /// The test.
+        test: Test,
+        /// The constant.
+        k: u32,
+    },
+    /// `test(a, b)` between two computed values (both computed, left first, before the test).
+    CmpX {
+        /// Left.
+        a: Val,
+        /// The test.
+        test: Test,
+        /// Right.
+        b: Val,
+    },
+    /// Both, left first.
+    And(Box<Cond>, Box<Cond>),
+    /// Either, left first.
+    Or(Box<Cond>, Box<Cond>),
+    /// Negation (a failed load under it still ends the program).
+    Not(Box<Cond>),
+    /// The timestamp is at or after `t` (`after`) or strictly before it (`before`).
+    Time {
+        /// `true` for `after`.
+        after: bool,
+        /// Nanoseconds since the epoch.
+        t: u64,
+    },
+}
+
+impl Cond {
+    /// `a and b`.
+    pub fn and(a: Cond, b: Cond) -> Cond {
+        Cond::And(Box::new(a), Box::new(b))
+    }
+
+    /// `a or b`.
+    pub fn or(a: Cond, b: Cond) -> Cond {
+        Cond::Or(Box::new(a), Box::new(b))
+    }
+
+    /// `not a`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn not(a: Cond) -> Cond {
+        Cond::Not(Box::new(a))
+    }
+
+    /// `Some(result)`, or `None` when the program ends with "no match" (a load past the end, a division by zero).
+    pub fn eval(&self, p: &Packet<'_>) -> Option<bool> {
+        Some(match self {
+            Cond::True => true,
+            Cond::False => false,
+            Cond::Cmp { v, test, k } => test.apply(v.eval(p)?, *k),
+            Cond::CmpX { a, test, b } => {
+                let a = a.eval(p)?;
+                let b = b.eval(p)?;
+                test.apply(a, b)
+            }
+            Cond::And(a, b) => a.eval(p)? && b.eval(p)?,
+            Cond::Or(a, b) => a.eval(p)? || b.eval(p)?,
+            Cond::Not(a) => !a.eval(p)?,
+            Cond::Time { after: true, t } => p.ts_ns >= *t,
+            Cond::Time { after: false, t } => p.ts_ns < *t,
+        })
+    }
+
+    /// Whether the packet matches (a program that ends early does not match).
+    pub fn matches(&self, p: &Packet<'_>) -> bool {
+        self.eval(p) == Some(true)
+    }
+}
+
+impl fmt::Display for Val {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Val::K(k) => write!(f, "{k:#x}"),
+            Val::Len => write!(f, "len"),
+            Val::Ld { off, size } => write!(f, "pkt[{off}:{size}]"),
+            Val::LdInd { base, off, size } => write!(f, "pkt[{base}+{off}:{size}]"),
+            Val::Msh(off) => write!(f, "4*(pkt[{off}]&0xf)"),
+            Val::Alu(op, a, b) => write!(f, "({a} {op:?} {b})"),
+            Val::Neg(a) => write!(f, "-{a}"),
+        }
+    }
+}
+
+impl fmt::Display for Cond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cond::True => write!(f, "true"),
+            Cond::False => write!(f, "false"),
+            Cond::Cmp { v, test, k } => match test {
+                Test::Eq => write!(f, "{v} == {k:#x}"),
+                Test::Gt => write!(f, "{v} > {k:#x}"),
+                Test::Ge => write!(f, "{v} >= {k:#x}"),
+                Test::Set => write!(f, "{v} & {k:#x} != 0"),
+            },
+            Cond::CmpX { a, test, b } => write!(f, "{a} {test:?} {b}"),
+            Cond::And(a, b) => write!(f, "({a} && {b})"),
+            Cond::Or(a, b) => write!(f, "({a} || {b})"),
+            Cond::Not(a) => write!(f, "!{a}"),
+            Cond::Time { after: true, t } => write!(f, "ts >= {t}"),
+            Cond::Time { after: false, t } => write!(f, "ts < {t}"),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The filter table (tests/filters.txt) on real traces, against libpcap.
+//!
+//! Every filter of the table is compiled by pcaptool and by libpcap (as tcpdump compiles it when reading a file:
+//! optimised, netmask 0) for every link type found in ../shared/corpus and testdata/, and both decide every
+//! packet. Any packet on which they disagree, any filter one compiles and the other refuses, is a failure.
+//! The corpus is required under CI; elsewhere the test runs on testdata/ alone and says so.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use pcaptool_packet::{FileFormat, LinkType, TraceReader};
+use pcaptool_query::{Filter, Matcher, Target};
+use pcaptool_tests::libpcap::{self, Handle, Program};
+use pcaptool_tests::{corpus_dir, corpus_files, repo_root};
+
+fn table() -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join("tests/filters.txt")).expect("read tests/filters.txt");
+    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+}
+
+struct Packet {
+    linktype: u32,
+    data: Vec<u8>,
+    wirelen: u32,
+}
+
+/// The packets of a file up to its first error, and whether its byte order is swapped relative to this machine.
+fn read(path: &Path) -> Option<(Vec<Packet>, bool)> {
+    let mut r = TraceReader::open(path).ok()?;
+    let mut out = Vec::new();
+    while let Some(Ok(rec)) = r.next_record() {
+        out.push(Packet { linktype: rec.linktype.base().0, data: rec.data.to_vec(), wirelen: rec.wirelen });
+    }
+    let swapped = match r.format() {
+        Some(FileFormat::Pcap { big_endian, .. }) | Some(FileFormat::PcapNg { big_endian }) => {
+            big_endian != cfg!(target_endian = "big")
+        }
+        _ => false,
+    };
+    Some((out, swapped))
+}
+
+#[derive(Default)]
+struct Tally {
+    files: usize,
+    packets: usize,
+    decisions: u64,
+    matched: u64,
+    agreed_refusals: usize,
+    problems: Vec<String>,
+    extensions: usize,
+    incomparable: usize,
+    gaps: HashMap<u32, usize>,
+}
+
+type Compiled<T> = Vec<Result<T, String>>;
+type Cache<K, T> = Mutex<HashMap<K, std::sync::Arc<Compiled<T>>>>;
+
+struct Oracle {
+    filters: Vec<String>,
+    /// Link types listed in tests/filters-gaps.txt.
+    gaps: Vec<u32>,
+    ours: Cache<(u32, bool), Matcher>,
+    theirs: Cache<u32, Program>,
+}
+
+impl Oracle {
+    fn ours(&self, linktype: u32, swapped: bool) -> std::sync::Arc<Compiled<Matcher>> {
+        let key = (linktype, swapped && matches!(linktype, 0));
+        if let Some(c) = self.ours.lock().unwrap().get(&key) {
+            return c.clone();
+        }
+        let target = Target { linktype: LinkType(linktype), swapped: key.1 };
+        let c: Compiled<Matcher> = self
+            .filters
+            .iter()
+            .map(|f| Filter::new(f).and_then(|f| f.compile(target)).map_err(|e| e.message()))
+            .collect();
+        let c = std::sync::Arc::new(c);
+        self.ours.lock().unwrap().insert(key, c.clone());
+        c
+    }
+
+    fn compile_all(&self, h: &Handle) -> Compiled<Program> {
+        self.filters.iter().map(|f| h.compile(f)).collect()
+    }
+
+    /// libpcap's programs: per DLT from a dead handle, except for BSD loopback.
+    fn theirs(&self, path: &Path, linktype: u32) -> Option<std::sync::Arc<Compiled<Program>>> {
+        let dlt = libpcap::linktype_to_dlt(linktype);
+        if dlt == 0 {
+            // libpcap compiles BSD loopback filters differently when it reads a file (the file's byte order, and
+            // every BSD's AF_INET6) than for a dead handle (this machine's AF_INET6): use the file, as tcpdump -r.
+            // A file libpcap cannot read as BSD loopback (several link types) has no tcpdump behaviour to match.
+            return match Handle::offline(path) {
+                Ok(h) if h.datalink() == 0 => Some(std::sync::Arc::new(self.compile_all(&h))),
+                _ => None,
+            };
+        }
+        if let Some(c) = self.theirs.lock().unwrap().get(&dlt) {
+            return Some(c.clone());
+        }
+        let c = std::sync::Arc::new(self.compile_all(&Handle::dead(dlt)));
+        self.theirs.lock().unwrap().insert(dlt, c.clone());
+        Some(c)
+    }
+}
+
+fn check_file(o: &Oracle, path: &Path, name: &str, t: &mut Tally) {
+    let Some((packets, swapped)) = read(path) else { return };
+    t.files += 1;
+    t.packets += packets.len();
+    let mut by_lt: HashMap<u32, Vec<&Packet>> = HashMap::new();
+    for p in &packets {
+        by_lt.entry(p.linktype).or_default().push(p);
+    }
+    for (lt, pkts) in by_lt {
+        let ours = o.ours(lt, swapped);
+        let Some(theirs) = o.theirs(path, lt) else {
+            t.incomparable += pkts.len();
+            continue;
+        };
+        for (i, f) in o.filters.iter().enumerate() {
+            match (&ours[i], &theirs[i]) {
+                (Err(_), Err(_)) => t.agreed_refusals += 1,
+                (Ok(_), Err(e)) => t
+                    .problems
+                    .push(format!("{name} (linktype {lt}): `{f}`: libpcap refuses ({e}) but pcaptool accepts")),
+                (Err(_), Ok(_)) if o.gaps.contains(&lt) => {
+                    *t.gaps.entry(lt).or_default() += 1;
+                }
+                (Err(e), Ok(_)) => t
+                    .problems
+                    .push(format!("{name} (linktype {lt}): `{f}`: pcaptool refuses ({e}) but libpcap accepts")),
+                (Ok(m), Ok(p)) => {
+                    let mut diffs = Vec::new();
+                    for (k, pkt) in pkts.iter().enumerate() {
+                        let a = m.matches(&pkt.data, pkt.wirelen, 0);
+                        let b = p.matches(&pkt.data, pkt.wirelen);
+                        t.decisions += 1;
+                        t.matched += u64::from(b);
+                        if a != b {
+                            diffs.push((k, a, b));
+                        }
+                    }
+                    if let Some(&(k, a, b)) = diffs.first() {
+                        t.problems.push(format!(
+                            "{name} (linktype {lt}): `{f}`: {} packets differ; first: packet {k} of this link type, pcaptool {a}, libpcap {b}",
+                            diffs.len()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn filter_table_agrees_with_libpcap_on_every_trace() {
+    let filters = table();
+    assert!(filters.len() >= 300, "the table has {} filters; the issue asks for at least 300", filters.len());
+    let mut files: Vec<(PathBuf, String)> = Vec::new();
+    for e in std::fs::read_dir(repo_root().join("testdata")).expect("testdata/") {
+        let p = e.expect("dir entry").path();
+        if p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+            let name = format!("testdata/{}", p.file_name().unwrap().to_string_lossy());
+            files.push((p, name));
+        }
+    }
+    match corpus_dir() {
+        Some(c) => {
+            for f in corpus_files(&c) {
+                files.push((c.join(&f), f));
+            }
+        }
+        None => eprintln!("the corpus is absent: checking testdata/ only"),
+    }
+    let gaps_text =
+        std::fs::read_to_string(repo_root().join("tests/filters-gaps.txt")).expect("tests/filters-gaps.txt");
+    let gaps: Vec<u32> = gaps_text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_whitespace().next().unwrap().parse().expect("a link type number"))
+        .collect();
+    let oracle = Oracle { filters, gaps, ours: Mutex::default(), theirs: Mutex::default() };
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let total = Mutex::new(Tally::default());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let mut t = Tally::default();
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((p, name)) = files.get(i) else { break };
+                    check_file(&oracle, p, name, &mut t);
+                }
+                let mut all = total.lock().unwrap();
+                all.files += t.files;
+                all.packets += t.packets;
+                all.decisions += t.decisions;
+                all.matched += t.matched;
+                all.agreed_refusals += t.agreed_refusals;
+                all.extensions += t.extensions;
+                all.incomparable += t.incomparable;
+                for (lt, n) in t.gaps {
+                    *all.gaps.entry(lt).or_default() += n;
+                }
+                all.problems.extend(t.problems);
+            });
+        }
+    });
+    let t = total.into_inner().unwrap();
+    t.problems.iter().take(40).for_each(|p| eprintln!("{p}"));
+    let report = repo_root().join("target/filters-disagreements.txt");
+    let _ = std::fs::write(&report, t.problems.join("\n"));
+    if !t.problems.is_empty() {
+        eprintln!("all disagreements: {}", report.display());
+    }
+    println!(
+        "filters vs libpcap: {} filters, {} files, {} packets, {} packet decisions ({} matches), {} refusals agreed, {} packets libpcap cannot read, {} disagreements",
+        oracle.filters.len(),
+        t.files,
+        t.packets,
+        t.decisions,
+        t.matched,
+        t.agreed_refusals,
+        t.incomparable,
+        t.problems.len()
+    );
+    let mut gaps: Vec<_> = t.gaps.iter().collect();
+    gaps.sort();
+    println!(
+        "known gaps (tests/filters-gaps.txt): {} (link type: filters refused on a file, summed over files)",
+        gaps.iter().map(|(lt, n)| format!("{lt}: {n}")).collect::<Vec<_>>().join(", ")
+    );
+    assert!(t.problems.is_empty(), "{} disagreements with libpcap (first ones above)", t.problems.len());
+    if corpus_dir().is_some() {
+        for lt in &oracle.gaps {
+            assert!(t.gaps.contains_key(lt), "link type {lt} has no gap left: remove it from tests/filters-gaps.txt");
+        }
+    }
+}
