@@ -156,6 +156,15 @@ fn check_file(o: &Oracle, path: &Path, name: &str, t: &mut Tally) {
     }
 }
 
+/// Link types listed in tests/filters-gaps.txt (libpcap filters them, pcaptool does not yet).
+fn gap_linktypes() -> Vec<u32> {
+    let text = std::fs::read_to_string(repo_root().join("tests/filters-gaps.txt")).expect("tests/filters-gaps.txt");
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_whitespace().next().unwrap().parse().expect("a link type number"))
+        .collect()
+}
+
 #[test]
 fn filter_table_agrees_with_libpcap_on_every_trace() {
     let filters = table();
@@ -241,4 +250,112 @@ fn filter_table_agrees_with_libpcap_on_every_trace() {
             assert!(t.gaps.contains_key(lt), "link type {lt} has no gap left: remove it from tests/filters-gaps.txt");
         }
     }
+}
+
+/// The packets of a capture as (timestamp in µs, wire length, bytes): what `tcpdump -w` keeps of them.
+fn packets_us(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
+    let mut r = TraceReader::open(path).expect("open an output");
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record() {
+        let rec = rec.expect("outputs are whole");
+        out.push((rec.ts_ns / 1000, rec.wirelen, rec.data.to_vec()));
+    }
+    out
+}
+
+#[test]
+fn sample_of_the_table_through_tcpdump_end_to_end() {
+    let Some(tcpdump) = pcaptool_tests::tool("tcpdump") else { return };
+    let bin = pcaptool_tests::pcaptool_bin();
+    let filters: Vec<String> = table().into_iter().step_by(11).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
+        .expect("testdata/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+        .collect();
+    if let Some(c) = corpus_dir() {
+        files.extend(corpus_files(&c).iter().step_by(60).map(|f| c.join(f)));
+    }
+    let gaps = gap_linktypes();
+    files.retain(|f| {
+        let lt = TraceReader::open(f)
+            .ok()
+            .and_then(|mut r| r.next_record().and_then(Result::ok).map(|r| r.linktype.base().0));
+        !lt.is_some_and(|lt| gaps.contains(&lt))
+    });
+    let tmp = pcaptool_tests::TempDir::new("filters-e2e");
+    let (mut compared, mut refused, mut packets) = (0, 0, 0);
+    let mut problems = Vec::new();
+    for (fi, file) in files.iter().enumerate() {
+        for (k, f) in filters.iter().enumerate() {
+            let ours = tmp.join(&format!("{fi}-{k}-ours.pcap"));
+            let theirs = tmp.join(&format!("{fi}-{k}-tcpdump.pcap"));
+            let t = std::process::Command::new(&tcpdump)
+                .arg("-r")
+                .arg(file)
+                .arg("-w")
+                .arg(&theirs)
+                .arg(f)
+                .output()
+                .expect("run tcpdump");
+            let o = std::process::Command::new(&bin)
+                .args(["query"])
+                .arg(file)
+                .arg(f)
+                .arg("-w")
+                .arg(&ours)
+                .output()
+                .expect("run pcaptool");
+            let t_err = String::from_utf8_lossy(&t.stderr);
+            if !t.status.success() {
+                if t_err.contains("pcap_loop")
+                    || t_err.contains("truncated")
+                    || !theirs.exists() && t_err.contains("reading")
+                {
+                    // tcpdump stopped at damage or could not read the file: nothing to compare.
+                    if !t_err.contains("syntax") && !t_err.contains("rejects") {
+                        continue;
+                    }
+                }
+                if o.status.success() && !t_err.contains("pcap_loop") {
+                    problems.push(format!(
+                        "{}: `{f}`: tcpdump refuses ({}) but pcaptool accepts",
+                        file.display(),
+                        t_err.trim()
+                    ));
+                } else {
+                    refused += 1;
+                }
+                continue;
+            }
+            if !o.status.success() {
+                problems.push(format!(
+                    "{}: `{f}`: pcaptool fails ({}) but tcpdump succeeds",
+                    file.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+                continue;
+            }
+            let (a, b) = (packets_us(&ours), packets_us(&theirs));
+            packets += b.len();
+            compared += 1;
+            if a != b {
+                problems.push(format!(
+                    "{}: `{f}`: pcaptool wrote {} packets, tcpdump {} (first difference at {})",
+                    file.display(),
+                    a.len(),
+                    b.len(),
+                    a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()))
+                ));
+            }
+        }
+    }
+    problems.iter().take(30).for_each(|p| eprintln!("{p}"));
+    println!(
+        "filters through tcpdump: {} filters x {} files: {compared} outputs compared ({packets} packets), {refused} refused by both, {} differences",
+        filters.len(),
+        files.len(),
+        problems.len()
+    );
+    assert!(problems.is_empty(), "{} differences from tcpdump", problems.len());
 }

@@ -24,6 +24,8 @@ enum Command {
     Info(cmd::info::Args),
     /// Convert between pcap and pcapng, µs and ns, compressed or not; cut by snaplen or time window.
     Convert(cmd::convert::Args),
+    /// Select packets with a tcpdump filter: write them (-w), count them, or explain the plan.
+    Query(cmd::query::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(a) => cmd::info::run(a),
         Command::Convert(a) => cmd::convert::run(a),
+        Command::Query(a) => cmd::query::run(a),
     };
     match result {
         Ok(code) => code,

@@ -73,3 +73,4 @@ impl Filter {
         Ok(m)
     }
 }
+pub mod plan;

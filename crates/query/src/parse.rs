@@ -137,7 +137,11 @@ impl Parser<'_> {
                     self.restore(saved);
                     self.id().map_err(|e2| match &e2.kind {
                         // `tcp or 80`: say what is missing rather than where the comparison attempt ended.
-                        ErrorKind::Invalid(_) if e1.span.start <= e2.span.end => e2,
+                        ErrorKind::Invalid(_)
+                            if e1.span.start <= e2.span.end && matches!(e1.kind, ErrorKind::Unexpected { .. }) =>
+                        {
+                            e2
+                        }
                         _ => furthest(e1, e2),
                     })?
                 }

@@ -1,0 +1,475 @@
+//! The planner: from a filter, a necessary condition over packet fields that an index can answer, and the
+//! choice between reading the index's candidates and scanning the trace.
+//!
+//! The condition ([`Need`]) is implied by the filter: every packet the filter matches satisfies it. The full
+//! filter is still evaluated on every candidate, so the index only narrows the packets to read and the answer is
+//! always the filter's, with libpcap's semantics. Fields are defined positionally, the way libpcap reads them
+//! ([`Field`]), so that an index built on these definitions never drops a packet the filter would match.
+//!
+//! This crate knows no storage engine: an index is anything that implements [`IndexSource`].
+
+use std::fmt;
+use std::net::Ipv6Addr;
+
+use crate::Filter;
+use crate::ast::{AddrKind, Dir, Expr, Id, Prim, Proto, Qual};
+
+/// A packet field an index can hold, defined as libpcap reads it on Ethernet (other link types: the same
+/// fields at their link type's offsets).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub enum Field {
+    /// The 16-bit type/length field after the MAC addresses (what `ip`, `ip6`, `arp`, `ether proto` test).
+    LinkProto,
+    /// Ethernet source address (48 bits).
+    EthSrc,
+    /// Ethernet destination address.
+    EthDst,
+    /// IPv4 source (header bytes 12-15) of packets whose `LinkProto` is IPv4.
+    Ip4Src,
+    /// IPv4 destination (bytes 16-19).
+    Ip4Dst,
+    /// IPv6 source (bytes 8-23) of packets whose `LinkProto` is IPv6.
+    Ip6Src,
+    /// IPv6 destination (bytes 24-39).
+    Ip6Dst,
+    /// IPv4 protocol (byte 9) or IPv6 next header of the fixed header (byte 6).
+    IpProto,
+    /// Source port: the first 16 bits after the IPv4 header of a TCP, UDP or SCTP first fragment, or after the
+    /// 40-byte IPv6 header when its next header is TCP, UDP or SCTP.
+    SrcPort,
+    /// Destination port: the next 16 bits.
+    DstPort,
+    /// Length on the wire.
+    WireLen,
+    /// Timestamp, nanoseconds since the epoch.
+    Time,
+}
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::LinkProto => "link.proto",
+            Field::EthSrc => "eth.src",
+            Field::EthDst => "eth.dst",
+            Field::Ip4Src => "ip.src",
+            Field::Ip4Dst => "ip.dst",
+            Field::Ip6Src => "ip6.src",
+            Field::Ip6Dst => "ip6.dst",
+            Field::IpProto => "ip.proto",
+            Field::SrcPort => "port.src",
+            Field::DstPort => "port.dst",
+            Field::WireLen => "len",
+            Field::Time => "time",
+        }
+    }
+
+    fn format(self, v: u128) -> String {
+        match self {
+            Field::Ip4Src | Field::Ip4Dst => std::net::Ipv4Addr::from(v as u32).to_string(),
+            Field::Ip6Src | Field::Ip6Dst => Ipv6Addr::from(v).to_string(),
+            Field::EthSrc | Field::EthDst => {
+                let b = (v as u64).to_be_bytes();
+                format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[2], b[3], b[4], b[5], b[6], b[7])
+            }
+            Field::LinkProto => format!("{v:#06x}"),
+            Field::Time => pcaptool_packet::Rfc3339(v as u64).to_string(),
+            _ => v.to_string(),
+        }
+    }
+}
+
+/// `lo <= field <= hi`: an exact value, an address prefix, a port or length range, a time window.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct Pred {
+    /// The field.
+    pub field: Field,
+    /// Smallest value.
+    pub lo: u128,
+    /// Largest value.
+    pub hi: u128,
+}
+
+impl fmt::Display for Pred {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.field.name();
+        if self.lo == self.hi {
+            write!(f, "{name} = {}", self.field.format(self.lo))
+        } else {
+            write!(f, "{name} in [{}, {}]", self.field.format(self.lo), self.field.format(self.hi))
+        }
+    }
+}
+
+/// A condition every matching packet satisfies.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Need {
+    /// Nothing known: every packet is a candidate.
+    All,
+    /// One field predicate.
+    Pred(Pred),
+    /// All of these.
+    And(Vec<Need>),
+    /// Any of these.
+    Or(Vec<Need>),
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let join = |f: &mut fmt::Formatter<'_>, v: &[Need], op: &str| {
+            write!(f, "(")?;
+            for (i, n) in v.iter().enumerate() {
+                if i > 0 {
+                    write!(f, " {op} ")?;
+                }
+                write!(f, "{n}")?;
+            }
+            write!(f, ")")
+        };
+        match self {
+            Need::All => write!(f, "any packet"),
+            Need::Pred(p) => write!(f, "{p}"),
+            Need::And(v) => join(f, v, "and"),
+            Need::Or(v) => join(f, v, "or"),
+        }
+    }
+}
+
+fn pred(field: Field, lo: u128, hi: u128) -> Need {
+    Need::Pred(Pred { field, lo, hi })
+}
+
+fn eq(field: Field, v: u128) -> Need {
+    pred(field, v, v)
+}
+
+impl Need {
+    /// Conjunction, simplified (`All` drops out).
+    pub fn and(parts: Vec<Need>) -> Need {
+        let mut out = Vec::new();
+        for p in parts {
+            match p {
+                Need::All => {}
+                Need::And(v) => out.extend(v),
+                p => out.push(p),
+            }
+        }
+        match out.len() {
+            0 => Need::All,
+            1 => out.pop().unwrap_or(Need::All),
+            _ => Need::And(out),
+        }
+    }
+
+    /// Disjunction, simplified (`All` absorbs).
+    pub fn or(parts: Vec<Need>) -> Need {
+        let mut out = Vec::new();
+        for p in parts {
+            match p {
+                Need::All => return Need::All,
+                Need::Or(v) => out.extend(v),
+                p => out.push(p),
+            }
+        }
+        match out.len() {
+            0 => Need::All,
+            1 => out.pop().unwrap_or(Need::All),
+            _ => Need::Or(out),
+        }
+    }
+
+    /// Keeps only predicates on fields `keep` accepts (the others become `All`).
+    pub fn restrict(&self, keep: &dyn Fn(Field) -> bool) -> Need {
+        match self {
+            Need::All => Need::All,
+            Need::Pred(p) => {
+                if keep(p.field) {
+                    Need::Pred(*p)
+                } else {
+                    Need::All
+                }
+            }
+            Need::And(v) => Need::and(v.iter().map(|n| n.restrict(keep)).collect()),
+            Need::Or(v) => Need::or(v.iter().map(|n| n.restrict(keep)).collect()),
+        }
+    }
+
+    /// Whether a packet with these field values may satisfy the condition (an unknown field may).
+    pub fn may_match(&self, value: &dyn Fn(Field) -> Option<u128>) -> bool {
+        match self {
+            Need::All => true,
+            Need::Pred(p) => value(p.field).is_none_or(|v| (p.lo..=p.hi).contains(&v)),
+            Need::And(v) => v.iter().all(|n| n.may_match(value)),
+            Need::Or(v) => v.iter().any(|n| n.may_match(value)),
+        }
+    }
+}
+
+/// IP protocol: the fixed header's value, or an IPv6 fragment header in front of it (libpcap looks there too).
+fn ip_proto(v: u32, v6: bool) -> Need {
+    if v6 { Need::or(vec![eq(Field::IpProto, v.into()), eq(Field::IpProto, 44)]) } else { eq(Field::IpProto, v.into()) }
+}
+
+/// Ports qualified by `tcp`, `udp` or `sctp` also need that protocol.
+fn with_transport(proto: Proto, ports: Need) -> Need {
+    match proto {
+        Proto::Tcp => Need::and(vec![ip_proto(6, true), ports]),
+        Proto::Udp => Need::and(vec![ip_proto(17, true), ports]),
+        Proto::Sctp => Need::and(vec![ip_proto(132, true), ports]),
+        _ => ports,
+    }
+}
+
+fn by_dir(dir: Dir, src: Need, dst: Need) -> Need {
+    match dir {
+        Dir::Src => src,
+        Dir::Dst => dst,
+        Dir::SrcAndDst => Need::and(vec![src, dst]),
+        Dir::Default | Dir::SrcOrDst => Need::or(vec![src, dst]),
+    }
+}
+
+struct Walk {
+    /// `vlan`, `mpls` or `pppoes` seen: later primitives read moved offsets; the index fields no longer apply.
+    shifted: bool,
+}
+
+impl Walk {
+    fn expr(&mut self, e: &Expr) -> Need {
+        match e {
+            Expr::And(a, b) => {
+                let a = self.expr(a);
+                Need::and(vec![a, self.expr(b)])
+            }
+            Expr::Or(a, b) => {
+                let a = self.expr(a);
+                Need::or(vec![a, self.expr(b)])
+            }
+            Expr::Not(a) => {
+                // The negation of a necessary condition is not necessary; walk only for the offset state.
+                self.expr(a);
+                Need::All
+            }
+            Expr::Prim(p, _) => {
+                let n = if self.shifted { Need::All } else { self.prim(p) };
+                if matches!(p, Prim::Vlan(_) | Prim::Mpls(_) | Prim::Pppoes(_)) {
+                    self.shifted = true;
+                }
+                n
+            }
+        }
+    }
+
+    fn prim(&self, p: &Prim) -> Need {
+        match p {
+            Prim::Proto(p) => match p {
+                Proto::Ip => eq(Field::LinkProto, 0x0800),
+                Proto::Ip6 => eq(Field::LinkProto, 0x86dd),
+                Proto::Arp => eq(Field::LinkProto, 0x0806),
+                Proto::Rarp => eq(Field::LinkProto, 0x8035),
+                Proto::Tcp => ip_proto(6, true),
+                Proto::Udp => ip_proto(17, true),
+                Proto::Sctp => ip_proto(132, true),
+                Proto::Icmp => ip_proto(1, false),
+                Proto::Icmp6 => ip_proto(58, true),
+                Proto::Igmp => ip_proto(2, false),
+                _ => Need::All,
+            },
+            Prim::Id { q, id, .. } => self.id(*q, id),
+            Prim::Less(n) => pred(Field::WireLen, 0, (*n).into()),
+            Prim::Greater(n) => pred(Field::WireLen, (*n).into(), u32::MAX.into()),
+            Prim::After(t) => pred(Field::Time, (*t).into(), u64::MAX.into()),
+            Prim::Before(0) => Need::All,
+            Prim::Before(t) => pred(Field::Time, 0, (*t - 1).into()),
+            _ => Need::All,
+        }
+    }
+
+    fn id(&self, q: Qual, id: &Id) -> Need {
+        let host_kind = matches!(q.addr, AddrKind::Default | AddrKind::Host | AddrKind::Net);
+        match (q.addr, id) {
+            (AddrKind::Proto, Id::Num(v)) => match q.proto {
+                Proto::Default | Proto::Ip6 => ip_proto(*v, true),
+                Proto::Ip => ip_proto(*v, false),
+                Proto::Link if *v > 1500 && !matches!(*v, 0x809b | 0x80f3) => eq(Field::LinkProto, (*v).into()),
+                _ => Need::All,
+            },
+            (AddrKind::Port | AddrKind::PortRange, Id::Num(v)) => {
+                with_transport(q.proto, by_dir(q.dir, eq(Field::SrcPort, (*v).into()), eq(Field::DstPort, (*v).into())))
+            }
+            (AddrKind::PortRange, Id::Name(n)) => match n
+                .split_once('-')
+                .map(|(a, b)| (a.parse::<u16>(), b.parse::<u16>()))
+            {
+                Some((Ok(a), Ok(b))) => {
+                    let (lo, hi) = (a.min(b).into(), a.max(b).into());
+                    with_transport(q.proto, by_dir(q.dir, pred(Field::SrcPort, lo, hi), pred(Field::DstPort, lo, hi)))
+                }
+                _ => Need::All,
+            },
+            (_, Id::V4 { .. } | Id::V4Prefix { .. } | Id::V4Mask { .. } | Id::Num(_)) if host_kind => {
+                let Some((v, mask)) = v4_range(q, id) else { return Need::All };
+                let (lo, hi) = (u128::from(v & mask), u128::from(v | !mask));
+                let ip = by_dir(q.dir, pred(Field::Ip4Src, lo, hi), pred(Field::Ip4Dst, lo, hi));
+                match q.proto {
+                    Proto::Ip => ip,
+                    // libpcap also matches ARP and RARP packets about the address.
+                    Proto::Default => Need::or(vec![ip, eq(Field::LinkProto, 0x0806), eq(Field::LinkProto, 0x8035)]),
+                    Proto::Arp => eq(Field::LinkProto, 0x0806),
+                    Proto::Rarp => eq(Field::LinkProto, 0x8035),
+                    _ => Need::All,
+                }
+            }
+            (_, Id::V6 { addr, len }) if host_kind && matches!(q.proto, Proto::Default | Proto::Ip6) => {
+                let len = len.unwrap_or(128).min(128);
+                let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+                let (lo, hi) = (addr & mask, addr | !mask);
+                by_dir(q.dir, pred(Field::Ip6Src, lo, hi), pred(Field::Ip6Dst, lo, hi))
+            }
+            (AddrKind::Default | AddrKind::Host, Id::Mac(m)) if q.proto == Proto::Link => {
+                let v = m.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+                by_dir(q.dir, eq(Field::EthSrc, v), eq(Field::EthDst, v))
+            }
+            _ => Need::All,
+        }
+    }
+}
+
+/// The address and mask a qualified IPv4 identifier means (libpcap's `gen_ncode`/`gen_mcode` rules).
+fn v4_range(q: Qual, id: &Id) -> Option<(u32, u32)> {
+    let shift = |bits: u8| 32 - u32::from(bits);
+    Some(match *id {
+        Id::Num(v) if q.addr == AddrKind::Net => {
+            let (mut v, mut m) = (v, u32::MAX);
+            while v != 0 && v & 0xff00_0000 == 0 {
+                v <<= 8;
+                m <<= 8;
+            }
+            (v, m)
+        }
+        Id::Num(v) => (v, u32::MAX),
+        Id::V4 { addr, bits } => (addr << shift(bits), u32::MAX << shift(bits)),
+        Id::V4Prefix { addr, bits, len } if len <= 32 => {
+            (addr << shift(bits), if len == 0 { 0 } else { u32::MAX << (32 - len) })
+        }
+        Id::V4Mask { addr, bits, mask, mask_bits } => (addr << shift(bits), mask << shift(mask_bits)),
+        _ => return None,
+    })
+}
+
+/// The condition over index fields that every packet `filter` matches satisfies.
+pub fn necessary(filter: &Filter) -> Need {
+    match filter.expr() {
+        None => Need::All,
+        Some(e) => Walk { shifted: false }.expr(e),
+    }
+}
+
+/// An index the planner can use: which fields it holds and how many packets a predicate selects.
+pub trait IndexSource {
+    /// Packets the index describes.
+    fn packets(&self) -> u64;
+    /// Whether the index can answer predicates on `field`.
+    fn has_field(&self, field: Field) -> bool;
+    /// Packets satisfying `pred`, from the index's statistics (`None`: unknown).
+    fn estimate(&self, pred: &Pred) -> Option<u64>;
+}
+
+/// The chosen way to answer a filter.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// What every match satisfies (over all fields).
+    pub need: Need,
+    /// The part of it the index answers (`None` without an index).
+    pub index: Option<Need>,
+    /// Estimated candidates from the index, and the packets it describes.
+    pub estimate: Option<(u64, u64)>,
+    /// Whether to read the index's candidates (else scan every packet).
+    pub use_index: bool,
+}
+
+/// Above this share of the packets, reading candidates in place costs more than a sequential scan.
+pub const INDEX_SELECTIVITY_LIMIT: f64 = 0.25;
+
+fn estimate(n: &Need, idx: &dyn IndexSource) -> u64 {
+    let total = idx.packets();
+    match n {
+        Need::All => total,
+        Need::Pred(p) => idx.estimate(p).unwrap_or(total).min(total),
+        Need::And(v) => v.iter().map(|n| estimate(n, idx)).min().unwrap_or(total),
+        Need::Or(v) => v.iter().map(|n| estimate(n, idx)).fold(0u64, u64::saturating_add).min(total),
+    }
+}
+
+/// Plans `filter` against an index (or none): the index part, its estimated candidates, and the choice.
+pub fn plan(filter: &Filter, index: Option<&dyn IndexSource>) -> Plan {
+    let need = necessary(filter);
+    let Some(idx) = index else {
+        return Plan { need, index: None, estimate: None, use_index: false };
+    };
+    let part = need.restrict(&|f| idx.has_field(f));
+    let est = estimate(&part, idx);
+    let total = idx.packets();
+    let use_index = part != Need::All && (est as f64) <= INDEX_SELECTIVITY_LIMIT * total as f64;
+    Plan { need, index: Some(part), estimate: Some((est, total)), use_index }
+}
+
+impl Plan {
+    /// One line for `--explain`.
+    pub fn describe(&self) -> String {
+        match (&self.index, self.estimate) {
+            (None, _) => "scan every packet (no index)".to_string(),
+            (Some(Need::All), _) => "scan every packet (the index cannot narrow this filter)".to_string(),
+            (Some(part), Some((est, total))) if self.use_index => {
+                format!("index: {part} selects about {est} of {total} packets; the full filter runs on each candidate")
+            }
+            (Some(_), Some((est, total))) => format!(
+                "scan every packet (the index would select about {est} of {total}, more than {:.0}%)",
+                INDEX_SELECTIVITY_LIMIT * 100.0
+            ),
+            (Some(_), None) => "scan every packet".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mock;
+    impl IndexSource for Mock {
+        fn packets(&self) -> u64 {
+            1000
+        }
+        fn has_field(&self, f: Field) -> bool {
+            f != Field::EthSrc
+        }
+        fn estimate(&self, p: &Pred) -> Option<u64> {
+            Some(if p.field == Field::Ip4Src { 10 } else { 500 })
+        }
+    }
+
+    #[test]
+    fn necessary_conditions() {
+        let n = |s: &str| necessary(&Filter::new(s).unwrap()).to_string();
+        assert_eq!(n("ip src 10.0.0.1"), "ip.src = 10.0.0.1");
+        assert_eq!(
+            n("net 10.0.0.0/8 and tcp"),
+            "((ip.src in [10.0.0.0, 10.255.255.255] or ip.dst in [10.0.0.0, 10.255.255.255] or link.proto = 0x0806 or link.proto = 0x8035) and (ip.proto = 6 or ip.proto = 44))"
+        );
+        assert_eq!(n("not tcp"), "any packet");
+        assert_eq!(n("vlan and host 1.2.3.4"), "any packet");
+        assert_eq!(n("udp dst portrange 5000-6000"), "((ip.proto = 17 or ip.proto = 44) and port.dst in [5000, 6000])");
+    }
+
+    #[test]
+    fn plan_uses_the_index_when_selective() {
+        let f = Filter::new("ip src 10.0.0.1 and ether src 1:2:3:4:5:6").unwrap();
+        let p = plan(&f, Some(&Mock));
+        assert!(p.use_index);
+        assert_eq!(p.estimate, Some((10, 1000)));
+        assert_eq!(p.index.unwrap().to_string(), "ip.src = 10.0.0.1");
+        let f = Filter::new("udp").unwrap();
+        assert!(!plan(&f, Some(&Mock)).use_index);
+        assert!(!plan(&f, None).use_index);
+    }
+}
