@@ -849,14 +849,9 @@ impl Compiler {
         })
     }
 
+    /// `proto[index]` at `off`: kept as an indexed load even for a constant index, as libpcap numbers it.
     fn indexed(&self, index: Val, off: u32, size: u8) -> Val {
-        match index {
-            Val::K(k) => match off.checked_add(k) {
-                Some(o) => Val::Ld { off: o, size },
-                None => Val::LdInd { base: Box::new(Val::K(k)), off, size },
-            },
-            base => Val::LdInd { base: Box::new(base), off, size },
-        }
+        Val::LdInd { base: Box::new(index), off, size }
     }
 
     fn load(&self, proto: Proto, index: &Arith, size: u8) -> CResult<Arth> {
@@ -920,6 +915,21 @@ impl Compiler {
                 c
             }
             Prim::Proto(p) => self.proto_abbrev(*p),
+            Prim::Rel { op, lhs: Arith::Num(a), rhs: Arith::Num(b) } => {
+                // Two literals: libpcap's optimiser decides this early, like a test of a known value.
+                Ok(if match op {
+                    RelOp::Gt => a > b,
+                    RelOp::Ge => a >= b,
+                    RelOp::Eq => a == b,
+                    RelOp::Ne => a != b,
+                    RelOp::Lt => a < b,
+                    RelOp::Le => a <= b,
+                } {
+                    Cond::True
+                } else {
+                    Cond::False
+                })
+            }
             Prim::Rel { op, lhs, rhs } => {
                 let a0 = self.arith(lhs)?;
                 let a1 = self.arith(rhs)?;

@@ -21,6 +21,10 @@ enum Insn {
         k: u32,
         jt: u32,
         jf: u32,
+        /// From a relation: not related to other tests by jump threading.
+        rel: bool,
+        /// For a relation, the constant index of `proto[index]` (part of what libpcap numbers the load by).
+        split: u32,
     },
     /// `test(pkt[4*(pkt[msh]&0xf) + off : size] & mask, k)`: a field after an IPv4 header.
     Tran {
@@ -32,6 +36,7 @@ enum Insn {
         k: u32,
         jt: u32,
         jf: u32,
+        rel: bool,
     },
     /// `test(len & mask, k)`.
     Len {
@@ -69,9 +74,22 @@ enum Insn {
 /// What a path through the program has established about a loaded value.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Key {
-    Abs(u32, u8, u32),
-    Tran(u32, u32, u8, u32),
+    /// Offset, size, mask, and whether a relation loaded it (libpcap's relations load through the index
+    /// register, which gives them other value numbers than the same field tested by a primitive).
+    Abs(u32, u8, u32, Option<u32>),
+    Tran(u32, u32, u8, u32, bool),
     Len(u32),
+    /// A computed value (by structure): libpcap numbers equal computations alike.
+    Expr(u64),
+    /// A comparison of two computed values (by structure).
+    ExprX(u64),
+}
+
+fn structural<T: std::hash::Hash>(v: &T) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
 }
 
 /// The outcome of a test on the way to an instruction: `test(key, k)` was `sense`.
@@ -87,9 +105,17 @@ impl Insn {
     /// The value tested, the test and the constant, for instructions whose value jump threading can follow.
     fn test(&self) -> Option<(Key, Test, u32)> {
         match *self {
-            Insn::Abs { off, size, mask, test, k, .. } => Some((Key::Abs(off, size, mask), test, k)),
-            Insn::Tran { msh, off, size, mask, test, k, .. } => Some((Key::Tran(msh, off, size, mask), test, k)),
+            Insn::Abs { off, size, mask, test, k, rel, split, .. } => {
+                Some((Key::Abs(off, size, mask, if rel { Some(split) } else { None }), test, k))
+            }
+            Insn::Tran { msh, off, size, mask, test, k, rel, .. } => {
+                Some((Key::Tran(msh, off, size, mask, rel), test, k))
+            }
             Insn::Len { mask, test, k, .. } => Some((Key::Len(mask), test, k)),
+            // Constants come from folding libpcap does only after branches stop moving.
+            Insn::Gen { v: Val::K(_), .. } | Insn::GenX { a: Val::K(_), b: Val::K(_), .. } => None,
+            Insn::Gen { ref v, test, k, .. } => Some((Key::Expr(structural(v)), test, k)),
+            Insn::GenX { ref a, test, ref b, .. } => Some((Key::ExprX(structural(&(a, b))), test, 0)),
             _ => None,
         }
     }
@@ -152,11 +178,138 @@ fn reachable(code: &[Insn], entry: u32) -> Vec<u32> {
     out
 }
 
+/// Predecessor edges of every reachable instruction: (predecessor, whether it is the true branch).
+fn in_edges(code: &[Insn], order: &[u32]) -> Vec<Vec<(u32, bool)>> {
+    let mut preds = vec![Vec::new(); code.len()];
+    for &n in order {
+        if let Some((jt, jf)) = code[n as usize].targets() {
+            preds[jt as usize].push((n, true));
+            preds[jf as usize].push((n, false));
+        }
+    }
+    preds
+}
+
+/// Block dominators over the reachable code (a bit set per instruction).
+fn dominators(code: &[Insn], order: &[u32], preds: &[Vec<(u32, bool)>]) -> Vec<Vec<u64>> {
+    let words = code.len().div_ceil(64);
+    let mut dom = vec![vec![u64::MAX; words]; code.len()];
+    for (i, &n) in order.iter().enumerate() {
+        let mut d = if i == 0 {
+            vec![0u64; words]
+        } else {
+            let mut acc = vec![u64::MAX; words];
+            for &(p, _) in &preds[n as usize] {
+                for (a, b) in acc.iter_mut().zip(&dom[p as usize]) {
+                    *a &= b;
+                }
+            }
+            acc
+        };
+        d[n as usize / 64] |= 1 << (n % 64);
+        dom[n as usize] = d;
+    }
+    dom
+}
+
+fn dominated_by(dom: &[Vec<u64>], n: u32, by: u32) -> bool {
+    dom[n as usize][by as usize / 64] & (1 << (by % 64)) != 0
+}
+
+/// libpcap's `or_pullup` (`along_false`) and `and_pullup`: in a chain of tests linked by their false (true)
+/// branches that all share one true (false) target, a later test of the value the chain's predecessor tested is
+/// moved up next to it, so that tests of one field run together. This changes which loads a short packet
+/// reaches, as it does in libpcap. Returns whether the code changed.
+fn pullup(
+    code: &mut [Insn],
+    order: &[u32],
+    preds: &[Vec<(u32, bool)>],
+    dom: &[Vec<u64>],
+    b: u32,
+    along_false: bool,
+) -> bool {
+    let key = |n: u32| code[n as usize].test().map(|t| t.0);
+    let Some(&(p0, w0)) = preds[b as usize].first() else { return false };
+    let val = key(p0);
+    if val.is_none() || preds[b as usize].iter().any(|&(p, _)| key(p) != val) {
+        return false;
+    }
+    let shared = |n: u32| code[n as usize].targets().map(|(t, f)| if along_false { t } else { f });
+    let next = |n: u32| code[n as usize].targets().map(|(t, f)| if along_false { f } else { t });
+    let target_of = |code: &[Insn], (n, which): (u32, bool)| {
+        let (t, f) = code[n as usize].targets().unwrap_or((n, n));
+        if which { t } else { f }
+    };
+    let common = shared(b);
+    let mut diff = (p0, w0);
+    let mut at_top = true;
+    loop {
+        let n = target_of(code, diff);
+        if code[n as usize].targets().is_none() || shared(n) != common || !dominated_by(dom, n, b) {
+            return false;
+        }
+        if key(n) != val {
+            break;
+        }
+        diff = (n, !along_false);
+        at_top = false;
+    }
+    let mut same = (target_of(code, diff), !along_false);
+    let pull = loop {
+        let n = target_of(code, same);
+        if code[n as usize].targets().is_none() || shared(n) != common || !dominated_by(dom, n, b) {
+            return false;
+        }
+        if key(n) == val {
+            break n;
+        }
+        same = (n, !along_false);
+    };
+    let _ = order;
+    let after = next(pull).unwrap_or(pull);
+    let (sn, sw) = same;
+    code[sn as usize].set_target(sw, after);
+    let first = target_of(code, diff);
+    code[pull as usize].set_target(!along_false, first);
+    if at_top {
+        for &(p, w) in &preds[b as usize] {
+            code[p as usize].set_target(w, pull);
+        }
+    } else {
+        code[diff.0 as usize].set_target(diff.1, pull);
+    }
+    true
+}
+
+/// One pass of pullups over the reachable code, nearest the leaves first; stops at the first change.
+fn pullups(code: &mut [Insn], entry: u32) -> bool {
+    let order = reachable(code, entry);
+    let preds = in_edges(code, &order);
+    let dom = dominators(code, &order, &preds);
+    // Heights: 0 for the returns, 1 + the higher branch otherwise.
+    let mut height = vec![0u32; code.len()];
+    for &n in order.iter().rev() {
+        if let Some((jt, jf)) = code[n as usize].targets() {
+            height[n as usize] = 1 + height[jt as usize].max(height[jf as usize]);
+        }
+    }
+    let mut by_level: Vec<u32> = order.iter().copied().filter(|&n| height[n as usize] >= 1).collect();
+    by_level.sort_by_key(|&n| height[n as usize]);
+    for &b in &by_level {
+        if pullup(code, &order, &preds, &dom, b, true) || pullup(code, &order, &preds, &dom, b, false) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Jump threading, as libpcap's optimiser does it: an edge whose target's test is decided by what is known on
 /// every path to the edge (the same test made before, or an equality with another constant that held) is
-/// redirected past that target. Only tests of a value already loaded on the way are skipped, so no load that
-/// could fail is removed and the result is unchanged for every packet.
-fn thread_jumps(code: &mut [Insn], entry: u32) {
+/// redirected past that target, and a test whose branches meet is skipped. Returns the new entry.
+///
+/// Skipping a decided test removes no failing load (its value was loaded on the way). Skipping a test whose
+/// branches meet does: as in libpcap, a packet too short for that test is then not refused because of it.
+fn thread_jumps(code: &mut [Insn], entry: u32) -> u32 {
     for _round in 0..64 {
         let order = reachable(code, entry);
         let mut known: Vec<Option<Vec<Fact>>> = vec![None; code.len()];
@@ -206,6 +359,14 @@ fn thread_jumps(code: &mut [Insn], entry: u32) {
                         break;
                     }
                 }
+                // A test whose two branches go to the same place decides nothing: skip it (libpcap's optimiser
+                // does, and so drops its load: a packet too short for it is not refused by it).
+                while let Some((jt, jf)) = code[to as usize].targets() {
+                    if jt != jf {
+                        break;
+                    }
+                    to = jt;
+                }
                 if to != succ {
                     code[n as usize].set_target(which, to);
                     changed = true;
@@ -213,9 +374,10 @@ fn thread_jumps(code: &mut [Insn], entry: u32) {
             }
         }
         if !changed {
-            return;
+            return entry;
         }
     }
+    entry
 }
 
 /// A filter compiled for one link type: decides whether a packet matches.
@@ -242,13 +404,88 @@ impl Matcher {
     pub fn new(cond: Cond) -> Matcher {
         let mut code = vec![Insn::Ret(true), Insn::Ret(false)];
         let entry = emit(&mut code, &cond, ACCEPT, REJECT);
-        thread_jumps(&mut code, entry);
+        let mut entry = thread_jumps(&mut code, entry);
+        // libpcap alternates jump threading and pullups until neither changes anything.
+        for _ in 0..256 {
+            if !pullups(&mut code, entry) {
+                break;
+            }
+            entry = thread_jumps(&mut code, entry);
+        }
+        // libpcap folds comparisons of computed constants only in its last phase, after branches stop moving:
+        // such a test stays where it is. Then `opt_root` skips a first test that decides nothing, keeping its
+        // load unless what follows is a return.
+        let decided = |i: &Insn| match *i {
+            Insn::Gen { v: Val::K(a), test, k, jt, jf } => Some(if test.apply(a, k) { jt } else { jf }),
+            Insn::GenX { a: Val::K(a), test, b: Val::K(b), jt, jf } => Some(if test.apply(a, b) { jt } else { jf }),
+            ref i => match i.targets() {
+                Some((jt, jf)) if jt == jf => Some(jt),
+                _ => None,
+            },
+        };
+        if let Some(mut next) = decided(&code[entry as usize]) {
+            while let Some(n) = decided(&code[next as usize]) {
+                next = n;
+            }
+            let keeps_load = !matches!(
+                code[entry as usize],
+                Insn::Gen { v: Val::K(_), .. } | Insn::GenX { a: Val::K(_), b: Val::K(_), .. }
+            );
+            if matches!(code[next as usize], Insn::Ret(_)) || !keeps_load {
+                entry = next;
+            } else {
+                code[entry as usize].set_target(true, next);
+                code[entry as usize].set_target(false, next);
+            }
+        }
         Matcher { code, entry, cond }
     }
 
     /// The condition tree this matcher runs (what `--explain` prints).
     pub fn cond(&self) -> &Cond {
         &self.cond
+    }
+
+    /// The reachable program, one instruction per line in execution order (what `--explain` shows).
+    pub fn listing(&self) -> String {
+        use std::fmt::Write as _;
+        let order = reachable(&self.code, self.entry);
+        let pos = |n: u32| order.iter().position(|&m| m == n).unwrap_or(usize::MAX);
+        let mut out = String::new();
+        for (i, &n) in order.iter().enumerate() {
+            let t = |test: Test, k: u32| match test {
+                Test::Eq => format!("== {k:#x}"),
+                Test::Gt => format!("> {k:#x}"),
+                Test::Ge => format!(">= {k:#x}"),
+                Test::Set => format!("& {k:#x} != 0"),
+            };
+            let m = |mask: u32| if mask == u32::MAX { String::new() } else { format!(" & {mask:#x}") };
+            let line = match &self.code[n as usize] {
+                Insn::Ret(r) => format!("return {}", if *r { "match" } else { "no match" }),
+                Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
+                    format!("pkt[{off}:{size}]{} {}  then {} else {}", m(*mask), t(*test, *k), pos(*jt), pos(*jf))
+                }
+                Insn::Tran { msh, off, size, mask, test, k, jt, jf, .. } => format!(
+                    "pkt[4*(pkt[{msh}]&0xf)+{off}:{size}]{} {}  then {} else {}",
+                    m(*mask),
+                    t(*test, *k),
+                    pos(*jt),
+                    pos(*jf)
+                ),
+                Insn::Len { mask, test, k, jt, jf } => {
+                    format!("len{} {}  then {} else {}", m(*mask), t(*test, *k), pos(*jt), pos(*jf))
+                }
+                Insn::Gen { v, test, k, jt, jf } => {
+                    format!("{v} {}  then {} else {}", t(*test, *k), pos(*jt), pos(*jf))
+                }
+                Insn::GenX { a, test, b, jt, jf } => format!("{a} {test:?} {b}  then {} else {}", pos(*jt), pos(*jf)),
+                Insn::Time { after, t: ts, jt, jf } => {
+                    format!("time {} {ts}  then {} else {}", if *after { ">=" } else { "<" }, pos(*jt), pos(*jf))
+                }
+            };
+            let _ = writeln!(out, "({i:03}) {line}");
+        }
+        out
     }
 
     /// Number of instructions (for benchmarks and explanations).
@@ -277,17 +514,17 @@ impl Matcher {
             let Some(insn) = self.code.get(pc) else { return false };
             pc = match *insn {
                 Insn::Ret(r) => return r,
-                Insn::Abs { off, size, mask, test, k, jt, jf } => {
+                Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
                     let Some(v) = load(data, u64::from(off), size) else { return false };
                     if test.apply(v & mask, k) { jt } else { jf }
                 }
-                Insn::Tran { msh, off, size, mask, test, k, jt, jf } => {
+                Insn::Tran { msh, off, size, mask, test, k, jt, jf, .. } => {
                     let Some(&b) = data.get(msh as usize) else { return false };
                     let x = u64::from(4 * (b & 0xf));
                     let Some(v) = load(data, x + u64::from(off), size) else { return false };
                     if test.apply(v & mask, k) { jt } else { jf }
                 }
-                Insn::Len { mask, test, k, jt, jf } => {
+                Insn::Len { mask, test, k, jt, jf, .. } => {
                     if test.apply(wirelen & mask, k) {
                         jt
                     } else {
@@ -338,29 +575,47 @@ fn emit(code: &mut Vec<Insn>, c: &Cond, jt: u32, jf: u32) -> u32 {
         Cond::CmpX { a, test, b } => {
             // A comparison of two values where the right one is a constant is a plain test.
             match b {
-                Val::K(k) => emit(code, &Cond::Cmp { v: a.clone(), test: *test, k: *k }, jt, jf),
+                Val::K(k) if !matches!(a, Val::K(_)) => emit_cmp(code, a, *test, *k, jt, jf, true),
                 _ => push(Insn::GenX { a: a.clone(), test: *test, b: b.clone(), jt, jf }),
             }
         }
-        Cond::Cmp { v: Val::K(a), test, k } => {
-            if test.apply(*a, *k) {
-                jt
-            } else {
-                jf
-            }
-        }
-        Cond::Cmp { v, test, k } => {
-            let (test, k) = (*test, *k);
-            match fused(v) {
-                Some((Val::Ld { off, size }, mask)) => {
-                    push(Insn::Abs { off: *off, size: *size, mask, test, k, jt, jf })
-                }
-                Some((Val::LdInd { base, off, size }, mask)) if let Val::Msh(msh) = **base => {
-                    push(Insn::Tran { msh, off: *off, size: *size, mask, test, k, jt, jf })
-                }
-                Some((Val::Len, mask)) => push(Insn::Len { mask, test, k, jt, jf }),
-                _ => push(Insn::Gen { v: v.clone(), test, k, jt, jf }),
-            }
-        }
+        Cond::Cmp { v, test, k } => emit_cmp(code, v, *test, *k, jt, jf, false),
     }
+}
+
+/// A test of a value against a constant, fused with its load where the value is one. `rel`: the test comes from a
+/// relation (`proto[...] relop expr`), which libpcap's optimiser relates to other relations on the same field but
+/// not to the tests primitives make, so jump threading keeps them apart.
+fn emit_cmp(code: &mut Vec<Insn>, v: &Val, test: Test, k: u32, jt: u32, jf: u32, rel: bool) -> u32 {
+    let (mut test, mut k, mut jt, mut jf) = (test, k, jt, jf);
+    let mut v = v;
+    // libpcap's peephole: `x & m == 0` becomes "not (x has a bit of m set)", a test of x itself. A relation's
+    // mask is an `and x` that becomes `and #m` only after branches stop moving, so relations keep their form.
+    if let (Test::Eq, 0, Val::Alu(Alu::And, x, m), false) = (test, k, v, rel)
+        && let Val::K(m) = **m
+        && matches!(**x, Val::Ld { .. } | Val::LdInd { .. } | Val::Len)
+    {
+        v = x;
+        test = Test::Set;
+        k = m;
+        std::mem::swap(&mut jt, &mut jf);
+    }
+    let insn = match fused(v) {
+        Some((Val::Ld { off, size }, mask)) => {
+            Insn::Abs { off: *off, size: *size, mask, test, k, jt, jf, rel, split: 0 }
+        }
+        Some((Val::LdInd { base, off, size }, mask))
+            if let Val::K(i) = **base
+                && off.checked_add(i).is_some() =>
+        {
+            Insn::Abs { off: off + i, size: *size, mask, test, k, jt, jf, rel, split: i }
+        }
+        Some((Val::LdInd { base, off, size }, mask)) if let Val::Msh(msh) = **base => {
+            Insn::Tran { msh, off: *off, size: *size, mask, test, k, jt, jf, rel }
+        }
+        Some((Val::Len, mask)) => Insn::Len { mask, test, k, jt, jf },
+        _ => Insn::Gen { v: v.clone(), test, k, jt, jf },
+    };
+    code.push(insn);
+    (code.len() - 1) as u32
 }
