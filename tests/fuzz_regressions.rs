@@ -13,6 +13,8 @@ fn replay_fuzz_regressions() {
         ("decode", fuzz_harness::decode_packet),
         ("wavelet_from_bytes", pcaptool_wavelet::fuzz_harness::from_bytes),
         ("wavelet_ops", pcaptool_wavelet::fuzz_harness::ops_vs_naive),
+        ("filter_parse", pcaptool_query::fuzz_harness::parse_roundtrip),
+        ("filter_eval", pcaptool_tests::fuzz::filter_vs_libpcap),
     ] {
         let dir = repo_root().join("fuzz/regressions").join(target);
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod fuzz;
 pub mod libpcap;
 
 use std::path::{Path, PathBuf};

@@ -126,6 +126,30 @@ fn demo() -> anyhow::Result<()> {
 }
 
 /// Writes seeds for each fuzz target in the shape that target expects (see fuzz/fuzz_targets/).
+/// Seeds for the filter targets: every filter of tests/filters.txt, and for `filter_eval` the filter with
+/// packets of testdata/tunnels.pcap (selector byte 0 = Ethernet, then a wire-length extra, the filter, NUL, the packet).
+fn filter_seeds(dir: &std::path::Path) -> anyhow::Result<usize> {
+    let table = std::fs::read_to_string(root().join("tests/filters.txt"))?;
+    let filters: Vec<&str> = table.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let pcap = std::fs::read(root().join("testdata/tunnels.pcap"))?;
+    let packets: Vec<Vec<u8>> =
+        pcaptool_packet::Records::new(&pcap).filter_map(Result::ok).map(|r| r.data.to_vec()).collect();
+    for t in ["filter_parse", "filter_eval"] {
+        std::fs::create_dir_all(dir.join(t))?;
+    }
+    for (i, f) in filters.iter().enumerate() {
+        std::fs::write(dir.join("filter_parse").join(format!("f{i}")), f)?;
+        let mut seed = vec![0u8, 4];
+        seed.extend_from_slice(f.as_bytes());
+        seed.push(0);
+        if !packets.is_empty() {
+            seed.extend_from_slice(&packets[i % packets.len()]);
+        }
+        std::fs::write(dir.join("filter_eval").join(format!("f{i}")), seed)?;
+    }
+    Ok(filters.len())
+}
+
 fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     use pcaptool_packet::{FileFormat, Records};
     let mut files: Vec<PathBuf> =
@@ -188,6 +212,8 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
             n[3] += 1;
         }
     }
+    let filters = filter_seeds(&dir)?;
+    eprintln!("fuzz seeds in {}: filter_parse and filter_eval {filters}", dir.display());
     eprintln!(
         "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}, wavelet {}",
         dir.display(),

@@ -148,7 +148,7 @@ impl Compiler {
             104..=289 => (Dlt::NoTypeFilter(""), None, None),
             _ => {
                 return Err(ErrorKind::LinkType {
-                    what: "unknown data link type".into(),
+                    what: "no filter can be applied (libpcap does not know this link type either)".into(),
                     linktype: target.linktype.to_string(),
                 });
             }

@@ -73,4 +73,6 @@ impl Filter {
         Ok(m)
     }
 }
+#[doc(hidden)]
+pub mod fuzz_harness;
 pub mod plan;

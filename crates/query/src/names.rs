@@ -43,6 +43,10 @@ fn services() -> &'static Services {
 /// `pcap_nametoport`: the port of a service name and the protocol it is defined for: TCP, UDP, or `None` when
 /// both define it with the same number (then the port means TCP, UDP and SCTP).
 pub(crate) fn port(name: &str) -> Option<(u32, Option<u32>)> {
+    // getaddrinfo takes a numeric service for any protocol.
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+        return name.parse().ok().map(|p| (p, None));
+    }
     let s = services();
     match (s.tcp.get(name), s.udp.get(name)) {
         (Some(&t), Some(&u)) if t == u => Some((t, None)),

@@ -280,6 +280,15 @@ impl Parser<'_> {
                     _ => Err(self.unexpected("a primitive ('host', 'port', 'tcp', a comparison, ...)")),
                 }
             }
+            Tok::Hid(..) | Tok::Hid6(_) | Tok::Eid(_) | Tok::Id(_) => {
+                let text = self.text(self.span()).to_string();
+                Err(FilterError::new(
+                    ErrorKind::Invalid(format!(
+                        "'{text}' needs a qualifier to say what it is, as in 'host {text}', 'net {text}' or 'port {text}'"
+                    )),
+                    self.span(),
+                ))
+            }
             _ => Err(self.unexpected("a primitive ('host', 'port', 'tcp', a comparison, ...)")),
         }
     }
@@ -392,6 +401,9 @@ impl Parser<'_> {
         let start = self.span();
         let Some(q) = self.q else {
             // libpcap: an identifier after a primitive that sets no qualifiers is a syntax error.
+            if !matches!(self.peek(), Tok::Num(_) | Tok::Hid(..) | Tok::Hid6(_) | Tok::Eid(_) | Tok::Id(_)) {
+                return Err(self.unexpected("a primitive ('host', 'port', 'tcp', a comparison, ...)"));
+            }
             let text = self.text(self.span()).to_string();
             return Err(FilterError::new(
                 ErrorKind::Invalid(format!(
@@ -478,6 +490,15 @@ impl Parser<'_> {
             Tok::Id(name) => {
                 self.bump();
                 Id::Name(name)
+            }
+            Tok::Kw(kw) if !matches!(kw, Kw::Unsupported(_)) => {
+                let text = self.text(self.span()).to_string();
+                return Err(FilterError::new(
+                    ErrorKind::Invalid(format!(
+                        "expected an address, a number or a name, found the keyword '{text}' (write '\\{text}' to use it as a name)"
+                    )),
+                    self.span(),
+                ));
             }
             _ => return Err(self.unexpected("an address, a number or a name")),
         };
