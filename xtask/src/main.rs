@@ -128,7 +128,7 @@ fn demo() -> anyhow::Result<()> {
 /// Writes seeds for each fuzz target in the shape that target expects (see fuzz/fuzz_targets/).
 /// Seeds for the filter targets: every filter of tests/filters.txt, and for `filter_eval` the filter with
 /// packets of testdata/tunnels.pcap (selector byte 0 = Ethernet, then a wire-length extra, the filter, NUL, the packet).
-fn filter_seeds(dir: &std::path::Path) -> anyhow::Result<usize> {
+fn filter_seeds(dir: &Path) -> anyhow::Result<usize> {
     let table = std::fs::read_to_string(root().join("tests/filters.txt"))?;
     let filters: Vec<&str> = table.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
     let pcap = std::fs::read(root().join("testdata/tunnels.pcap"))?;
