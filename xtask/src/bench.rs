@@ -119,10 +119,12 @@ fn pcap_parser_walk(d: &[u8]) -> u64 {
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let mut size = 1536u64 << 20;
+    let mut only: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--size" => size = parse_size(it.next().context("--size needs a value")?)?,
+            "--only" => only = Some(it.next().context("--only needs walk, commands or query")?.clone()),
             s => bail!("unknown argument {s:?}"),
         }
     }
@@ -146,6 +148,14 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let gb = map.len() as f64 / 1e9;
     println!("trace: {} ({:.2} GB, page-cached)", trace.display(), gb);
     println!();
+    let want = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    let n = Records::new(map).count() as u64;
+    if want("query") {
+        query_section(&bin, tcpdump.as_deref(), &trace, n, gb)?;
+    }
+    if !want("walk") && !want("commands") {
+        return Ok(());
+    }
     println!("| what | time | packets/s | GB/s | ratio |");
     println!("|---|---|---|---|---|");
     let (t_bare, (n, _)) = best(5, || black_box(bare_walk(black_box(map))));
@@ -208,6 +218,51 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         t_touch.as_secs_f64() / t_rec.as_secs_f64() * 100.0
     );
     println!("Records vs reading every cache line: {:.1}%", t_bw.as_secs_f64() / t_rec.as_secs_f64() * 100.0);
+    Ok(())
+}
+
+/// Filters for the query rows: selective and broad, on addresses, ports, flags and lengths of the generated trace.
+const QUERY_FILTERS: &[&str] = &[
+    "host 10.0.1.25",
+    "tcp port 80",
+    "net 198.18.0.0/24 and udp",
+    "tcp[tcpflags] & tcp-syn != 0",
+    "ip6 and tcp dst portrange 1000-2000",
+    "not (tcp or udp)",
+    "greater 1400",
+];
+
+/// `pcaptool query --scan FILE FILTER -w /dev/null` beside `tcpdump -r FILE -w /dev/null FILTER`.
+fn query_section(bin: &Path, tcpdump: Option<&Path>, trace: &Path, n: u64, gb: f64) -> anyhow::Result<()> {
+    println!(
+        "| filter | tcpdump -r -w /dev/null | pcaptool query --scan -w /dev/null | matches | ratio (tcpdump time / pcaptool time) |"
+    );
+    println!("|---|---|---|---|---|");
+    for f in QUERY_FILTERS {
+        let ours =
+            command_time(3, Command::new(bin).arg("query").arg("--scan").arg(trace).arg(f).args(["-w", "/dev/null"]))?;
+        let count = Command::new(bin).arg("query").arg(trace).arg(f).arg("--count").output()?;
+        let matched = String::from_utf8_lossy(&count.stdout).trim().to_string();
+        let theirs = match tcpdump {
+            Some(t) => Some(command_time(3, Command::new(t).arg("-r").arg(trace).args(["-w", "/dev/null"]).arg(f))?),
+            None => None,
+        };
+        let rate = |t: Duration| {
+            format!(
+                "{:.3} s ({:.1} M pkt/s, {:.2} GB/s)",
+                t.as_secs_f64(),
+                n as f64 / t.as_secs_f64() / 1e6,
+                gb / t.as_secs_f64()
+            )
+        };
+        println!(
+            "| `{f}` | {} | {} | {matched} | {} |",
+            theirs.map_or("n/a".to_string(), rate),
+            rate(ours),
+            theirs.map_or("n/a".to_string(), |t| format!("{:.2}", t.as_secs_f64() / ours.as_secs_f64()))
+        );
+    }
+    println!();
     Ok(())
 }
 

@@ -386,6 +386,253 @@ pub struct Matcher {
     code: Vec<Insn>,
     entry: u32,
     cond: Cond,
+    /// The reachable code lowered for execution: compact, laid out in execution order.
+    ops: Vec<Op>,
+    /// Values of `Gen`/`GenX` operations, indexed by `Op::k`/`Op::off`.
+    vals: Vec<Val>,
+}
+
+/// What an [`Op`] does: where its value comes from and how it is tested, in one dispatch.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Code {
+    Ret,
+    AbsBEq,
+    AbsBGt,
+    AbsBGe,
+    AbsBSet,
+    AbsHEq,
+    AbsHGt,
+    AbsHGe,
+    AbsHSet,
+    AbsWEq,
+    AbsWGt,
+    AbsWGe,
+    AbsWSet,
+    TranBEq,
+    TranBGt,
+    TranBGe,
+    TranBSet,
+    TranHEq,
+    TranHGt,
+    TranHGe,
+    TranHSet,
+    TranWEq,
+    TranWGt,
+    TranWGe,
+    TranWSet,
+    LenEq,
+    LenGt,
+    LenGe,
+    LenSet,
+    /// The value the previous operation loaded (every way here loads the same field), tested again.
+    AEq,
+    AGt,
+    AGe,
+    ASet,
+    Gen,
+    GenX,
+    After,
+    Before,
+}
+
+fn code_of(kind: usize, test: Test) -> Code {
+    const CODES: [[Code; 4]; 7] = [
+        [Code::AbsBEq, Code::AbsBGt, Code::AbsBGe, Code::AbsBSet],
+        [Code::AbsHEq, Code::AbsHGt, Code::AbsHGe, Code::AbsHSet],
+        [Code::AbsWEq, Code::AbsWGt, Code::AbsWGe, Code::AbsWSet],
+        [Code::TranBEq, Code::TranBGt, Code::TranBGe, Code::TranBSet],
+        [Code::TranHEq, Code::TranHGt, Code::TranHGe, Code::TranHSet],
+        [Code::TranWEq, Code::TranWGt, Code::TranWGe, Code::TranWSet],
+        [Code::LenEq, Code::LenGt, Code::LenGe, Code::LenSet],
+    ];
+    let t = match test {
+        Test::Eq => 0,
+        Test::Gt => 1,
+        Test::Ge => 2,
+        Test::Set => 3,
+    };
+    CODES[kind][t]
+}
+
+#[inline(always)]
+fn abs1(data: &[u8], off: u32) -> Option<u32> {
+    data.get(off as usize).map(|&b| u32::from(b))
+}
+
+#[inline(always)]
+fn abs2(data: &[u8], off: u32) -> Option<u32> {
+    match data.get(off as usize..off as usize + 2) {
+        Some(&[a, b]) => Some(u32::from(u16::from_be_bytes([a, b]))),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn abs4(data: &[u8], off: u32) -> Option<u32> {
+    match data.get(off as usize..off as usize + 4) {
+        Some(&[a, b, c, d]) => Some(u32::from_be_bytes([a, b, c, d])),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn hdr(data: &[u8], msh: u32, off: u32) -> Option<u32> {
+    data.get(msh as usize).map(|&b| off + 4 * u32::from(b & 0xf))
+}
+
+#[inline(always)]
+fn tran1(data: &[u8], msh: u32, off: u32) -> Option<u32> {
+    abs1(data, hdr(data, msh, off)?)
+}
+
+#[inline(always)]
+fn tran2(data: &[u8], msh: u32, off: u32) -> Option<u32> {
+    abs2(data, hdr(data, msh, off)?)
+}
+
+#[inline(always)]
+fn tran4(data: &[u8], msh: u32, off: u32) -> Option<u32> {
+    abs4(data, hdr(data, msh, off)?)
+}
+
+/// One executable operation: load (by `kind`), mask, test against `k`, jump. 24 bytes.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    code: Code,
+    test: Test,
+    off: u32,
+    mask: u32,
+    k: u32,
+    /// `Tran`: offset of the IPv4 header; `Gen`: index of the value; `GenX`: index of the left value; times:
+    /// low 32 bits of the instant.
+    aux: u32,
+    jt: u16,
+    jf: u32,
+}
+
+/// Lowers the reachable code to [`Op`]s in execution order; `None` if it is too long for 16-bit jumps.
+fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
+    let order = reachable(code, entry);
+    if order.len() > usize::from(u16::MAX) {
+        return None;
+    }
+    let mut at = vec![u16::MAX; code.len()];
+    for (i, &n) in order.iter().enumerate() {
+        at[n as usize] = i as u16;
+    }
+    let jfw = |x: u32| u32::from(at[x as usize]);
+    let mut vals = Vec::new();
+    let mut ops = Vec::with_capacity(order.len());
+    for &n in &order {
+        let j = |x: u32| at[x as usize];
+        let op = match &code[n as usize] {
+            Insn::Ret(r) => {
+                Op { code: Code::Ret, test: Test::Eq, off: 0, mask: 0, k: u32::from(*r), aux: 0, jt: 0, jf: 0 }
+            }
+            Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
+                let kind = match size {
+                    1 => 0,
+                    2 => 1,
+                    _ => 2,
+                };
+                Op {
+                    code: code_of(kind, *test),
+                    test: *test,
+                    off: *off,
+                    mask: *mask,
+                    k: *k,
+                    aux: 0,
+                    jt: j(*jt),
+                    jf: jfw(*jf),
+                }
+            }
+            Insn::Tran { msh, off, size, mask, test, k, jt, jf, .. } => {
+                let kind = match size {
+                    1 => 3,
+                    2 => 4,
+                    _ => 5,
+                };
+                Op {
+                    code: code_of(kind, *test),
+                    test: *test,
+                    off: *off,
+                    mask: *mask,
+                    k: *k,
+                    aux: *msh,
+                    jt: j(*jt),
+                    jf: jfw(*jf),
+                }
+            }
+            Insn::Len { mask, test, k, jt, jf } => Op {
+                code: code_of(6, *test),
+                test: *test,
+                off: 0,
+                mask: *mask,
+                k: *k,
+                aux: 0,
+                jt: j(*jt),
+                jf: jfw(*jf),
+            },
+            Insn::Gen { v, test, k, jt, jf } => {
+                vals.push(v.clone());
+                let aux = (vals.len() - 1) as u32;
+                Op { code: Code::Gen, test: *test, off: 0, mask: u32::MAX, k: *k, aux, jt: j(*jt), jf: jfw(*jf) }
+            }
+            Insn::GenX { a, test, b, jt, jf } => {
+                vals.push(a.clone());
+                vals.push(b.clone());
+                let aux = (vals.len() - 2) as u32;
+                Op { code: Code::GenX, test: *test, off: 0, mask: u32::MAX, k: 0, aux, jt: j(*jt), jf: jfw(*jf) }
+            }
+            Insn::Time { after, t, jt, jf } => Op {
+                code: if *after { Code::After } else { Code::Before },
+                test: Test::Eq,
+                off: (*t >> 32) as u32,
+                mask: 0,
+                k: 0,
+                aux: *t as u32,
+                jt: j(*jt),
+                jf: jfw(*jf),
+            },
+        };
+        ops.push(op);
+    }
+    // An operation whose every predecessor loaded the same field finds it in A.
+    let load_key = |op: &Op| -> Option<(u8, u32, u32)> {
+        let class = match op.code {
+            Code::AbsBEq | Code::AbsBGt | Code::AbsBGe | Code::AbsBSet => 0,
+            Code::AbsHEq | Code::AbsHGt | Code::AbsHGe | Code::AbsHSet => 1,
+            Code::AbsWEq | Code::AbsWGt | Code::AbsWGe | Code::AbsWSet => 2,
+            Code::TranBEq | Code::TranBGt | Code::TranBGe | Code::TranBSet => 3,
+            Code::TranHEq | Code::TranHGt | Code::TranHGe | Code::TranHSet => 4,
+            Code::TranWEq | Code::TranWGt | Code::TranWGe | Code::TranWSet => 5,
+            Code::LenEq | Code::LenGt | Code::LenGe | Code::LenSet => 6,
+            _ => return None,
+        };
+        Some((class, op.off, op.aux))
+    };
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+    for (i, op) in ops.iter().enumerate() {
+        if op.code != Code::Ret {
+            preds[usize::from(op.jt)].push(i);
+            preds[op.jf as usize].push(i);
+        }
+    }
+    // Keys of the original loads (an `A` operation carries its predecessors' key forward).
+    let mut key: Vec<Option<(u8, u32, u32)>> = ops.iter().map(load_key).collect();
+    for i in 0..ops.len() {
+        let Some(k) = key[i] else { continue };
+        if !preds[i].is_empty() && preds[i].iter().all(|&p| key[p] == Some(k)) {
+            ops[i].code = match ops[i].test {
+                Test::Eq => Code::AEq,
+                Test::Gt => Code::AGt,
+                Test::Ge => Code::AGe,
+                Test::Set => Code::ASet,
+            };
+        }
+        key[i] = Some(k);
+    }
+    Some((ops, vals))
 }
 
 /// `(value & mask)` recognised as a fused load.
@@ -438,7 +685,8 @@ impl Matcher {
                 code[entry as usize].set_target(false, next);
             }
         }
-        Matcher { code, entry, cond }
+        let (ops, vals) = lower(&code, entry).unwrap_or_default();
+        Matcher { code, entry, cond, ops, vals }
     }
 
     /// The condition tree this matcher runs (what `--explain` prints).
@@ -507,6 +755,246 @@ impl Matcher {
     /// Whether `data` (captured bytes of a packet of `wirelen` bytes on the wire, taken at `ts_ns`) matches.
     #[inline]
     pub fn matches(&self, data: &[u8], wirelen: u32, ts_ns: u64) -> bool {
+        if self.ops.is_empty() {
+            return self.matches_slow(data, wirelen, ts_ns);
+        }
+        let ops = &self.ops[..];
+        let mut pc = 0usize;
+        // libpcap's A register: the last value loaded, which `A*` operations test again without a load.
+        let mut a = 0u32;
+        loop {
+            let Some(op) = ops.get(pc) else { return false };
+            let hit = match op.code {
+                Code::Ret => return op.k != 0,
+                Code::AbsBEq => match abs1(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsBGt => match abs1(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsBGe => match abs1(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsBSet => match abs1(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::AbsHEq => match abs2(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsHGt => match abs2(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsHGe => match abs2(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsHSet => match abs2(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::AbsWEq => match abs4(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsWGt => match abs4(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsWGe => match abs4(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::AbsWSet => match abs4(data, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::TranBEq => match tran1(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::TranBGt => match tran1(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::TranBGe => match tran1(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::TranBSet => match tran1(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::TranHEq => match tran2(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::TranHGt => match tran2(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::TranHGe => match tran2(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::TranHSet => match tran2(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::TranWEq => match tran4(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::TranWGt => match tran4(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::TranWGe => match tran4(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::TranWSet => match tran4(data, op.aux, op.off) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::LenEq => match Some(wirelen) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask == op.k
+                    }
+                    None => return false,
+                },
+                Code::LenGt => match Some(wirelen) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask > op.k
+                    }
+                    None => return false,
+                },
+                Code::LenGe => match Some(wirelen) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask >= op.k
+                    }
+                    None => return false,
+                },
+                Code::LenSet => match Some(wirelen) {
+                    Some(v) => {
+                        a = v;
+                        v & op.mask & op.k != 0
+                    }
+                    None => return false,
+                },
+                Code::AEq => a & op.mask == op.k,
+                Code::AGt => a & op.mask > op.k,
+                Code::AGe => a & op.mask >= op.k,
+                Code::ASet => a & op.mask & op.k != 0,
+                Code::Gen => {
+                    let p = Packet { data, wirelen, ts_ns };
+                    match self.vals.get(op.aux as usize).and_then(|v| v.eval(&p)) {
+                        Some(v) => op.test.apply(v, op.k),
+                        None => return false,
+                    }
+                }
+                Code::GenX => {
+                    let p = Packet { data, wirelen, ts_ns };
+                    let a = self.vals.get(op.aux as usize).and_then(|v| v.eval(&p));
+                    let b = self.vals.get(op.aux as usize + 1).and_then(|v| v.eval(&p));
+                    let (Some(a), Some(b)) = (a, b) else { return false };
+                    op.test.apply(a, b)
+                }
+                Code::After | Code::Before => {
+                    let t = (u64::from(op.off) << 32) | u64::from(op.aux);
+                    (ts_ns >= t) == (op.code == Code::After)
+                }
+            };
+            if hit {
+                pc = usize::from(op.jt);
+                continue;
+            }
+            pc = op.jf as usize;
+        }
+    }
+
+    /// The unlowered code (programs too long for 16-bit jumps).
+    fn matches_slow(&self, data: &[u8], wirelen: u32, ts_ns: u64) -> bool {
         let mut pc = self.entry as usize;
         loop {
             // The code is built so that every jump target is in range; a failed lookup would be a compiler bug
