@@ -194,7 +194,8 @@ fn explain_shows_the_plan_and_the_tests() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["parsed"], "host 10.0.0.1");
     assert_eq!(v["link_types"][0]["linktype"], 1);
-    assert!(v["link_types"][0]["instructions"].as_u64().unwrap() > 2);
+    assert!(v["link_types"][0]["operations"].as_u64().unwrap() > 2);
+    assert!(v["link_types"][0]["program"].as_array().unwrap().len() > 2);
     let out = pcaptool(&["query", p(&src), "udp", "--count", "--json"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["packets"], 100);

@@ -122,10 +122,18 @@ fn demo() -> anyhow::Result<()> {
     run(Command::new(&bin).arg("convert").arg(&trace).arg(&ng))?;
     eprintln!("converted it to {} (pcapng, zstd); `pcaptool info` on it:\n", ng.display());
     run(Command::new(&bin).arg("info").arg(&ng))?;
+    let web = dir.join("web.pcapng");
+    let filter = "tcp dst port 80 or 443 and tcp[tcpflags] & tcp-syn != 0";
+    eprintln!(
+        "\nthe connection attempts to web servers (`pcaptool query ... '{filter}' -w {}`), counted:",
+        web.display()
+    );
+    run(Command::new(&bin).arg("query").arg(&ng).arg(filter).arg("-w").arg(&web).arg("--count"))?;
+    eprintln!("\nhow that filter is evaluated (`--explain`):");
+    run(Command::new(&bin).arg("query").arg(&ng).arg(filter).arg("--explain"))?;
     Ok(())
 }
 
-/// Writes seeds for each fuzz target in the shape that target expects (see fuzz/fuzz_targets/).
 /// Seeds for the filter targets: every filter of tests/filters.txt, and for `filter_eval` the filter with
 /// packets of testdata/tunnels.pcap (selector byte 0 = Ethernet, then a wire-length extra, the filter, NUL, the packet).
 fn filter_seeds(dir: &Path) -> anyhow::Result<usize> {
@@ -150,6 +158,7 @@ fn filter_seeds(dir: &Path) -> anyhow::Result<usize> {
     Ok(filters.len())
 }
 
+/// Writes seeds for each fuzz target in the shape that target expects (see fuzz/fuzz_targets/).
 fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     use pcaptool_packet::{FileFormat, Records};
     let mut files: Vec<PathBuf> =

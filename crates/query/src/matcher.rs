@@ -736,14 +736,14 @@ impl Matcher {
         out
     }
 
-    /// Number of instructions (for benchmarks and explanations).
+    /// Number of operations the program runs from (reachable ones, returns included).
     pub fn len(&self) -> usize {
-        self.code.len()
+        if self.ops.is_empty() { reachable(&self.code, self.entry).len() } else { self.ops.len() }
     }
 
-    /// Whether the program is only the two return instructions.
+    /// Whether the program is a single return (it decides without looking at the packet).
     pub fn is_empty(&self) -> bool {
-        self.code.len() <= 2
+        self.len() <= 1
     }
 
     /// Whether no packet can match: after jump threading, no path reaches "match" (what libpcap's optimiser

@@ -16,8 +16,9 @@ pub(crate) fn print(filter: &Filter, matchers: &mut Matchers<'_>, json: bool) ->
                 serde_json::json!({
                     "linktype": lt.0,
                     "linktype_name": lt.to_string(),
-                    "instructions": m.len(),
+                    "operations": m.len(),
                     "tests": m.cond().to_string(),
+                    "program": m.listing().lines().collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -36,8 +37,13 @@ pub(crate) fn print(filter: &Filter, matchers: &mut Matchers<'_>, json: bool) ->
     println!("indexable: {}", plan.need);
     println!("plan:      {}", plan.describe());
     for (lt, m) in &matchers.compiled {
-        println!("link type {lt}: {} instructions after jump threading", m.len());
-        println!("  tests:   {}", m.cond());
+        println!(
+            "link type {lt}: {} operations (libpcap's tests in libpcap's order, optimised as libpcap does)",
+            m.len()
+        );
+        for line in m.listing().lines() {
+            println!("  {line}");
+        }
     }
     Ok(())
 }
