@@ -56,7 +56,7 @@ impl Filter {
         let mut c = compile::Compiler::new(target).map_err(|k| FilterError::new(k, Span::default()))?;
         match &self.expr {
             None => Ok(prog::Cond::True),
-            Some(e) => c.compile(e),
+            Some(e) => c.program(e),
         }
         .map_err(|e| e.with_source(&self.text))
     }

@@ -62,6 +62,11 @@ enum Insn {
         jt: u32,
         jf: u32,
     },
+    /// Computes a value (libpcap's variable header offsets, at the start of the program), then goes on.
+    Touch {
+        v: Val,
+        next: u32,
+    },
     /// The timestamp at or after (`after`) or before `t`.
     Time {
         after: bool,
@@ -83,6 +88,11 @@ enum Key {
     Expr(u64),
     /// A comparison of two computed values (by structure).
     ExprX(u64),
+}
+
+/// Whether a value loads at an offset that depends on a header of variable length (802.11 after radiotap, PPI).
+fn variable(v: &Val) -> bool {
+    v.any(&|x| matches!(x, Val::Wlan { .. } | Val::PrefixLen))
 }
 
 fn structural<T: std::hash::Hash>(v: &T) -> u64 {
@@ -114,6 +124,9 @@ impl Insn {
             Insn::Len { mask, test, k, .. } => Some((Key::Len(mask), test, k)),
             // Constants come from folding libpcap does only after branches stop moving.
             Insn::Gen { v: Val::K(_), .. } | Insn::GenX { a: Val::K(_), b: Val::K(_), .. } => None,
+            // Loads after a header of variable length go through BPF's X register, reloaded from scratch memory in
+            // every block; libpcap's optimiser does not thread jumps across them.
+            Insn::Gen { ref v, .. } if variable(v) => None,
             Insn::Gen { ref v, test, k, .. } => Some((Key::Expr(structural(v)), test, k)),
             Insn::GenX { ref a, test, ref b, .. } => Some((Key::ExprX(structural(&(a, b))), test, 0)),
             _ => None,
@@ -123,6 +136,7 @@ impl Insn {
     fn targets(&self) -> Option<(u32, u32)> {
         match *self {
             Insn::Ret(_) => None,
+            Insn::Touch { next, .. } => Some((next, next)),
             Insn::Abs { jt, jf, .. }
             | Insn::Tran { jt, jf, .. }
             | Insn::Len { jt, jf, .. }
@@ -135,6 +149,7 @@ impl Insn {
     fn set_target(&mut self, which: bool, to: u32) {
         match self {
             Insn::Ret(_) => {}
+            Insn::Touch { next, .. } => *next = to,
             Insn::Abs { jt, jf, .. }
             | Insn::Tran { jt, jf, .. }
             | Insn::Len { jt, jf, .. }
@@ -362,7 +377,7 @@ fn thread_jumps(code: &mut [Insn], entry: u32) -> u32 {
                 // A test whose two branches go to the same place decides nothing: skip it (libpcap's optimiser
                 // does, and so drops its load: a packet too short for it is not refused by it).
                 while let Some((jt, jf)) = code[to as usize].targets() {
-                    if jt != jf {
+                    if jt != jf || matches!(code[to as usize], Insn::Touch { .. }) {
                         break;
                     }
                     to = jt;
@@ -424,6 +439,8 @@ enum Code {
     LenGt,
     LenGe,
     LenSet,
+    /// Computes `vals[aux]` (ends the program if a load fails), then goes to `jt`.
+    Touch,
     /// The value the previous operation loaded (every way here loads the same field), tested again.
     AEq,
     AGt,
@@ -584,6 +601,11 @@ fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
                 let aux = (vals.len() - 2) as u32;
                 Op { code: Code::GenX, test: *test, off: 0, mask: u32::MAX, k: 0, aux, jt: j(*jt), jf: jfw(*jf) }
             }
+            Insn::Touch { v, next } => {
+                vals.push(v.clone());
+                let aux = (vals.len() - 1) as u32;
+                Op { code: Code::Touch, test: Test::Eq, off: 0, mask: 0, k: 0, aux, jt: j(*next), jf: jfw(*next) }
+            }
             Insn::Time { after, t, jt, jf } => Op {
                 code: if *after { Code::After } else { Code::Before },
                 test: Test::Eq,
@@ -665,26 +687,41 @@ impl Matcher {
         let decided = |i: &Insn| match *i {
             Insn::Gen { v: Val::K(a), test, k, jt, jf } => Some(if test.apply(a, k) { jt } else { jf }),
             Insn::GenX { a: Val::K(a), test, b: Val::K(b), jt, jf } => Some(if test.apply(a, b) { jt } else { jf }),
+            Insn::Touch { .. } => None,
             ref i => match i.targets() {
                 Some((jt, jf)) if jt == jf => Some(jt),
                 _ => None,
             },
         };
-        if let Some(mut next) = decided(&code[entry as usize]) {
+        // The computation of variable offsets is part of the first block in libpcap: look past it, and keep it
+        // unless the program becomes a return.
+        let touch = match code[entry as usize] {
+            Insn::Touch { next, .. } => Some((entry, next)),
+            _ => None,
+        };
+        let mut root = touch.map_or(entry, |t| t.1);
+        if let Some(mut next) = decided(&code[root as usize]) {
             while let Some(n) = decided(&code[next as usize]) {
                 next = n;
             }
             let keeps_load = !matches!(
-                code[entry as usize],
+                code[root as usize],
                 Insn::Gen { v: Val::K(_), .. } | Insn::GenX { a: Val::K(_), b: Val::K(_), .. }
             );
             if matches!(code[next as usize], Insn::Ret(_)) || !keeps_load {
-                entry = next;
+                root = next;
             } else {
-                code[entry as usize].set_target(true, next);
-                code[entry as usize].set_target(false, next);
+                code[root as usize].set_target(true, next);
+                code[root as usize].set_target(false, next);
             }
         }
+        entry = match touch {
+            Some((t, _)) if !matches!(code[root as usize], Insn::Ret(_)) => {
+                code[t as usize].set_target(true, root);
+                t
+            }
+            _ => root,
+        };
         let (ops, vals) = lower(&code, entry).unwrap_or_default();
         Matcher { code, entry, cond, ops, vals }
     }
@@ -727,6 +764,7 @@ impl Matcher {
                     format!("{v} {}  then {} else {}", t(*test, *k), pos(*jt), pos(*jf))
                 }
                 Insn::GenX { a, test, b, jt, jf } => format!("{a} {test:?} {b}  then {} else {}", pos(*jt), pos(*jf)),
+                Insn::Touch { v, next } => format!("compute {v}  then {}", pos(*next)),
                 Insn::Time { after, t: ts, jt, jf } => {
                     format!("time {} {ts}  then {} else {}", if *after { ">=" } else { "<" }, pos(*jt), pos(*jf))
                 }
@@ -962,6 +1000,13 @@ impl Matcher {
                     }
                     None => return false,
                 },
+                Code::Touch => {
+                    let p = Packet { data, wirelen, ts_ns };
+                    if self.vals.get(op.aux as usize).and_then(|v| v.eval(&p)).is_none() {
+                        return false;
+                    }
+                    true
+                }
                 Code::AEq => a & op.mask == op.k,
                 Code::AGt => a & op.mask > op.k,
                 Code::AGe => a & op.mask >= op.k,
@@ -1002,6 +1047,12 @@ impl Matcher {
             let Some(insn) = self.code.get(pc) else { return false };
             pc = match *insn {
                 Insn::Ret(r) => return r,
+                Insn::Touch { ref v, next } => {
+                    if v.eval(&Packet { data, wirelen, ts_ns }).is_none() {
+                        return false;
+                    }
+                    next
+                }
                 Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
                     let Some(v) = load(data, u64::from(off), size) else { return false };
                     if test.apply(v & mask, k) { jt } else { jf }
@@ -1060,6 +1111,8 @@ fn emit(code: &mut Vec<Insn>, c: &Cond, jt: u32, jf: u32) -> u32 {
         }
         Cond::Not(a) => emit(code, a, jf, jt),
         Cond::Time { after, t } => push(Insn::Time { after: *after, t: *t, jt, jf }),
+        // Only ever first, under an `and`: what follows runs whether it holds or not.
+        Cond::Touch(v) => push(Insn::Touch { v: v.clone(), next: jt }),
         Cond::CmpX { a, test, b } => {
             // A comparison of two values where the right one is a constant is a plain test.
             match b {

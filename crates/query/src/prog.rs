@@ -105,6 +105,24 @@ pub enum Val {
     },
     /// `4 * (packet[off] & 0xf)`: an IPv4 header length (BPF's `ldxb 4*([k]&0xf)`).
     Msh(u32),
+    /// `4 * (packet[base + off] & 0xf)`: an IPv4 header length after a header of variable length.
+    MshInd {
+        /// Where the variable part starts.
+        base: Box<Val>,
+        /// The constant part.
+        off: u32,
+    },
+    /// The length of a radiotap or PPI header: bytes 2-3, little-endian (BPF: `ldb [3]; lsh #8; ldb [2]; or`).
+    PrefixLen,
+    /// The offset of the payload of an 802.11 frame whose header starts at `hdr`: 24 bytes, 2 more for a QoS
+    /// data frame, rounded up to 4 when a radiotap header says the frame is padded (libpcap's
+    /// `gen_load_802_11_header_len`, loads in its order).
+    Wlan {
+        /// Where the 802.11 header starts (0, or the length of a radiotap or PPI header).
+        hdr: Box<Val>,
+        /// Whether a radiotap header precedes the frame (its flags may announce padding).
+        radiotap: bool,
+    },
     /// An operation on two values (left computed first).
     Alu(Alu, Box<Val>, Box<Val>),
     /// Negation (two's complement).
@@ -146,6 +164,36 @@ impl Val {
                 load(p.data, u64::from(b) + u64::from(*off), *size)
             }
             Val::Msh(off) => load(p.data, u64::from(*off), 1).map(|b| 4 * (b & 0xf)),
+            Val::MshInd { base, off } => {
+                let b = base.eval(p)?;
+                load(p.data, u64::from(b) + u64::from(*off), 1).map(|b| 4 * (b & 0xf))
+            }
+            Val::PrefixLen => {
+                let hi = load(p.data, 3, 1)?;
+                Some((hi << 8) | load(p.data, 2, 1)?)
+            }
+            Val::Wlan { hdr, radiotap } => {
+                let x = hdr.eval(p)?;
+                let mut pl = x.wrapping_add(24);
+                let fc = load(p.data, u64::from(x), 1)?;
+                if fc & 0x08 != 0 && fc & 0x04 == 0 {
+                    if fc & 0x80 != 0 {
+                        pl = pl.wrapping_add(2);
+                    }
+                    if *radiotap {
+                        // The radiotap "present" word (read big-endian, as BPF does): flags present, no
+                        // extension, then the flags byte after the TSFT field if there is one.
+                        let present = load(p.data, 4, 4)?;
+                        if present & 0x0200_0000 != 0 && present & 0x80 == 0 {
+                            let at = if present & 0x0100_0000 != 0 { 16 } else { 8 };
+                            if load(p.data, at, 1)? & 0x20 != 0 {
+                                pl = pl.wrapping_add(3) & !3;
+                            }
+                        }
+                    }
+                }
+                Some(pl)
+            }
             Val::Alu(op, a, b) => {
                 let a = a.eval(p)?;
                 let b = b.eval(p)?;
@@ -155,11 +203,28 @@ impl Val {
         }
     }
 
+    /// Whether this value or one inside it satisfies `pred`.
+    pub fn any(&self, pred: &dyn Fn(&Val) -> bool) -> bool {
+        pred(self)
+            || match self {
+                Val::K(_) | Val::Len | Val::Ld { .. } | Val::Msh(_) | Val::PrefixLen => false,
+                Val::LdInd { base, .. } | Val::MshInd { base, .. } => base.any(pred),
+                Val::Wlan { hdr, .. } => hdr.any(pred),
+                Val::Alu(_, a, b) => a.any(pred) || b.any(pred),
+                Val::Neg(a) => a.any(pred),
+            }
+    }
+
     /// Whether evaluating this value can end the program (a load or a division).
     pub fn can_fail(&self) -> bool {
         match self {
             Val::K(_) | Val::Len => false,
-            Val::Ld { .. } | Val::LdInd { .. } | Val::Msh(_) => true,
+            Val::Ld { .. }
+            | Val::LdInd { .. }
+            | Val::Msh(_)
+            | Val::MshInd { .. }
+            | Val::Wlan { .. }
+            | Val::PrefixLen => true,
             Val::Alu(op, a, b) => matches!(op, Alu::Div | Alu::Mod) || a.can_fail() || b.can_fail(),
             Val::Neg(a) => a.can_fail(),
         }
@@ -197,6 +262,9 @@ pub enum Cond {
     Or(Box<Cond>, Box<Cond>),
     /// Negation (a failed load under it still ends the program).
     Not(Box<Cond>),
+    /// Computes a value and holds (the value is not tested): libpcap's computation of variable header
+    /// offsets at the start of a program, whose loads can end it.
+    Touch(Val),
     /// The timestamp is at or after `t` (`after`) or strictly before it (`before`).
     Time {
         /// `true` for `after`.
@@ -237,9 +305,24 @@ impl Cond {
             Cond::And(a, b) => a.eval(p)? && b.eval(p)?,
             Cond::Or(a, b) => a.eval(p)? || b.eval(p)?,
             Cond::Not(a) => !a.eval(p)?,
+            Cond::Touch(v) => {
+                v.eval(p)?;
+                true
+            }
             Cond::Time { after: true, t } => p.ts_ns >= *t,
             Cond::Time { after: false, t } => p.ts_ns < *t,
         })
+    }
+
+    /// Whether any value of the tree satisfies `pred` (searching inside values).
+    pub fn any_val(&self, pred: &dyn Fn(&Val) -> bool) -> bool {
+        match self {
+            Cond::True | Cond::False | Cond::Time { .. } => false,
+            Cond::Cmp { v, .. } | Cond::Touch(v) => v.any(pred),
+            Cond::CmpX { a, b, .. } => a.any(pred) || b.any(pred),
+            Cond::And(a, b) | Cond::Or(a, b) => a.any_val(pred) || b.any_val(pred),
+            Cond::Not(a) => a.any_val(pred),
+        }
     }
 
     /// Whether the packet matches (a program that ends early does not match).
@@ -256,6 +339,10 @@ impl fmt::Display for Val {
             Val::Ld { off, size } => write!(f, "pkt[{off}:{size}]"),
             Val::LdInd { base, off, size } => write!(f, "pkt[{base}+{off}:{size}]"),
             Val::Msh(off) => write!(f, "4*(pkt[{off}]&0xf)"),
+            Val::MshInd { base, off } => write!(f, "4*(pkt[{base}+{off}]&0xf)"),
+            Val::PrefixLen => write!(f, "hdrlen"),
+            Val::Wlan { hdr, radiotap: true } => write!(f, "wlan_payload(radiotap {hdr})"),
+            Val::Wlan { hdr, radiotap: false } => write!(f, "wlan_payload({hdr})"),
             Val::Alu(op, a, b) => write!(f, "({a} {op:?} {b})"),
             Val::Neg(a) => write!(f, "-{a}"),
         }
@@ -277,6 +364,7 @@ impl fmt::Display for Cond {
             Cond::And(a, b) => write!(f, "({a} && {b})"),
             Cond::Or(a, b) => write!(f, "({a} || {b})"),
             Cond::Not(a) => write!(f, "!{a}"),
+            Cond::Touch(v) => write!(f, "compute({v})"),
             Cond::Time { after: true, t } => write!(f, "ts >= {t}"),
             Cond::Time { after: false, t } => write!(f, "ts < {t}"),
         }

@@ -59,7 +59,8 @@ const CASES: &[(&str, u32)] = &[
     ("broadcast", 113),
     ("vlan", 9),
     ("ip", 239),
-    ("ip", 127),
+    ("ip", 163),
+    ("pppoes", 127),
     ("len > 10", 14),
 ];
 
