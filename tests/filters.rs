@@ -536,6 +536,9 @@ mod random {
             })
     }
 
+    /// pcaptool's and libpcap's compiled forms of one filter.
+    type Pair = (Matcher, Program);
+
     fn filters() -> Vec<String> {
         table().into_iter().filter(|f| !matches!(f.as_str(), "1 + 2 * 3 = 7" | "len / (1 - 1) = 1")).collect()
     }
@@ -570,7 +573,7 @@ mod random {
         #[test]
         fn table_on_random_wlan_frames((pkt, wire) in wlan_packet(false), (rpkt, rwire) in wlan_packet(true)) {
             thread_local! {
-                static PROGS: Vec<(String, [Option<(Matcher, Program)>; 2])> = {
+                static PROGS: Vec<(String, [Option<Pair>; 2])> = {
                     let (h105, h127) = (Handle::dead(105), Handle::dead(127));
                     filters().into_iter().map(|f| {
                         let both = |lt: u32, h: &Handle| {
