@@ -75,6 +75,12 @@ enum Dlt {
     Unimplemented,
     /// 802.11, bare or after radiotap or PPI.
     Wlan,
+    /// A payload in LLC/SNAP encapsulation straight after the link-layer header (ATM).
+    Llc,
+    /// Any protocol is "the header starts with this magic number" (value, mask): libpcap's Juniper types.
+    Magic(u32, u32),
+    /// SunATM: LLC/SNAP after a pseudo-header whose low nibble says the traffic is LLC-encapsulated.
+    SunAtm,
 }
 
 /// Where an offset counts from (libpcap's `OR_*`).
@@ -100,8 +106,9 @@ impl Off {
         Off { var: None, k }
     }
 
+    /// Offsets add as libpcap's do: in 32 bits, wrapping (a negative offset makes every load fail).
     fn plus(&self, d: u32) -> Off {
-        Off { var: self.var.clone(), k: self.k + d }
+        Off { var: self.var.clone(), k: self.k.wrapping_add(d) }
     }
 
     /// `size` bytes at this offset plus `index` (a computed index, or `None`).
@@ -177,6 +184,17 @@ impl Compiler {
             113 => (Dlt::Sll, Some(14), Some(16)),
             276 => (Dlt::Sll2, Some(0), Some(20)),
             226 => (Dlt::Ipnet, Some(1), Some(24)),
+            // ATM with LLC/SNAP (RFC 1483, Linux classical IP): the SNAP type 6 bytes in, the network layer at 8.
+            100 | 106 => (Dlt::Llc, Some(6), Some(0)),
+            // SunATM: a 4-byte pseudo-header (type, VPI, VCI), then LLC/SNAP when the type says so.
+            123 => (Dlt::SunAtm, Some(10), Some(4)),
+            // Juniper pseudo-headers (and BACnet MS/TP): protocol tests check only the magic number, the network
+            // layer is at a fixed offset (libpcap 1.10's; -2 for some, which wraps).
+            178 => (Dlt::Magic(0x4d47_4300, 0xffff_ff00), None, Some(32)),
+            132 => (Dlt::Magic(0x4d47_4300, 0xffff_ff00), None, Some(u32::MAX - 1)),
+            137 => (Dlt::Magic(0x4d47_4300, 0xffff_ff00), None, Some(4)),
+            164 => (Dlt::Magic(0x4d47_4300, 0xffff_ff00), None, Some(12)),
+            165 => (Dlt::Magic(0x55ff_0000, 0xffff_0000), None, Some(u32::MAX - 1)),
             // 802.11: the payload offset depends on the frame (and on a radiotap or PPI header before it).
             105 | 127 | 192 => (Dlt::Wlan, Some(0), Some(0)),
             // 802.11 with Prism or AVS headers: not yet evaluated by pcaptool.
@@ -202,7 +220,8 @@ impl Compiler {
             // LLC and SNAP (8 bytes).
             (Off { var: hdr, k: 0 }, Some(pl.plus(6)), Some(pl), 8)
         } else {
-            (Off::at(0), linktype.map(Off::at), linkpl.map(Off::at), 0)
+            let nl = if matches!(dlt, Dlt::Llc | Dlt::SunAtm) { 8 } else { 0 };
+            (Off::at(0), linktype.map(Off::at), linkpl.map(Off::at), nl)
         };
         Ok(Compiler {
             dlt,
@@ -280,7 +299,10 @@ impl Compiler {
             Rel::LinkType => self.off_linktype.clone(),
             Rel::LinkPl => self.off_linkpl.as_ref().map(|p| p.plus(self.off_nl)),
             Rel::Llc => self.off_linkpl.clone(),
-            Rel::PrevMpls => self.off_linkpl.as_ref().map(|p| Off { var: p.var.clone(), k: p.k + self.off_nl - 4 }),
+            Rel::PrevMpls => self
+                .off_linkpl
+                .as_ref()
+                .map(|p| Off { var: p.var.clone(), k: p.k.wrapping_add(self.off_nl).wrapping_sub(4) }),
         };
         match base {
             Some(b) => Ok(b.plus(off)),
@@ -370,7 +392,7 @@ impl Compiler {
 
     fn ld_tran4(&self, off: u32, size: u8) -> CResult<Val> {
         let (x, k) = self.iphdr_end()?;
-        Ok(Val::LdInd { base: Box::new(x), off: k + off, size })
+        Ok(Val::LdInd { base: Box::new(x), off: k.wrapping_add(off), size })
     }
 
     fn ipfrag(&self) -> CResult<Cond> {
@@ -454,6 +476,9 @@ impl Compiler {
             },
             Dlt::Sll2 => self.cmp(Rel::LinkType, 0, 2, ll_proto),
             Dlt::Wlan => Ok(Cond::and(self.wlan_data_frame()?, self.llc_linktype(ll_proto)?)),
+            Dlt::Llc => self.llc_linktype(ll_proto),
+            Dlt::SunAtm => Ok(Cond::and(self.mcmp(Rel::LinkHdr, 0, 1, 2, 0x0f)?, self.llc_linktype(ll_proto)?)),
+            Dlt::Magic(v, mask) => self.mcmp(Rel::LinkHdr, 0, 4, v, mask),
             Dlt::NoTypeFilter(_) => self.link_err("link-layer type filtering is not implemented"),
             Dlt::Unimplemented => self.link_err("pcaptool does not yet evaluate protocol tests"),
         }
@@ -1033,7 +1058,7 @@ impl Compiler {
                 let val = match (inst.val, &x) {
                     // A constant index: the same load as `index + header length` when that cannot wrap.
                     (Val::K(k), Val::Msh(_)) if k < u32::MAX - 64 && nl.checked_add(k).is_some() => {
-                        Val::LdInd { base: Box::new(x), off: nl + k, size }
+                        Val::LdInd { base: Box::new(x), off: nl.wrapping_add(k), size }
                     }
                     (index, _) => {
                         let base = Val::Alu(Alu::Add, Box::new(index), Box::new(x));

@@ -1145,11 +1145,10 @@ fn emit_cmp(code: &mut Vec<Insn>, v: &Val, test: Test, k: u32, jt: u32, jf: u32,
         Some((Val::Ld { off, size }, mask)) => {
             Insn::Abs { off: *off, size: *size, mask, test, k, jt, jf, rel, split: 0 }
         }
-        Some((Val::LdInd { base, off, size }, mask))
-            if let Val::K(i) = **base
-                && off.checked_add(i).is_some() =>
-        {
-            Insn::Abs { off: off + i, size: *size, mask, test, k, jt, jf, rel, split: i }
+        // A constant index: libpcap's optimiser folds `ld [x + k]` with a known X into an absolute load whose
+        // offset is computed in 32 bits, so the sum wraps as it does there.
+        Some((Val::LdInd { base, off, size }, mask)) if let Val::K(i) = **base => {
+            Insn::Abs { off: off.wrapping_add(i), size: *size, mask, test, k, jt, jf, rel, split: i }
         }
         Some((Val::LdInd { base, off, size }, mask)) if let Val::Msh(msh) = **base => {
             Insn::Tran { msh, off: *off, size: *size, mask, test, k, jt, jf, rel }
