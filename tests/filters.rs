@@ -642,3 +642,45 @@ mod random {
         }
     }
 }
+
+/// The planner's condition is necessary: every packet a table filter matches satisfies it (on the Ethernet
+/// traces of the corpus and testdata/, fields read as `plan::fields` defines them).
+#[test]
+fn planner_conditions_hold_for_every_match() {
+    use pcaptool_query::plan;
+    let filters = table();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
+        .expect("testdata/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+        .collect();
+    if let Some(c) = corpus_dir() {
+        files.extend(corpus_files(&c).iter().map(|f| c.join(f)));
+    }
+    let compiled: Vec<_> = filters
+        .iter()
+        .filter_map(|f| {
+            let flt = Filter::new(f).ok()?;
+            let m = flt.compile(Target::new(LinkType(1))).ok()?;
+            Some((f, plan::necessary(&flt), m))
+        })
+        .collect();
+    let (mut checked, mut narrowed) = (0u64, 0u64);
+    for file in &files {
+        let Some((packets, _)) = read(file) else { continue };
+        for p in packets.iter().filter(|p| p.linktype == 1) {
+            let fields = plan::fields(LinkType(1), &p.data, p.wirelen, 0);
+            for (f, need, m) in &compiled {
+                let may = need.may_match(&|field| fields.get(field));
+                if m.matches(&p.data, p.wirelen, 0) {
+                    assert!(may, "`{f}` matches a packet of {} its condition `{need}` excludes", file.display());
+                    checked += 1;
+                } else if !may {
+                    narrowed += 1;
+                }
+            }
+        }
+    }
+    println!("planner: {checked} matches all satisfy their condition; {narrowed} non-matches excluded by it");
+    assert!(checked > 0 && narrowed > 0);
+}

@@ -473,3 +473,63 @@ mod tests {
         assert!(!plan(&f, None).use_index);
     }
 }
+
+/// The index fields of a packet, read positionally as [`Field`] defines them (Ethernet link type; `None` for a
+/// field the packet does not have, or for other link types, where every predicate may match). The definition an
+/// index must follow so that [`Need`] stays a necessary condition; tests check it against the compiled filters.
+pub fn fields(linktype: pcaptool_packet::LinkType, data: &[u8], wirelen: u32, ts_ns: u64) -> PacketFields<'_> {
+    PacketFields { ether: linktype.base().0 == 1, data, wirelen, ts_ns }
+}
+
+/// A packet seen as index fields (see [`fields`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PacketFields<'a> {
+    ether: bool,
+    data: &'a [u8],
+    wirelen: u32,
+    ts_ns: u64,
+}
+
+impl PacketFields<'_> {
+    fn be(&self, at: usize, n: usize) -> Option<u128> {
+        let b = self.data.get(at..at.checked_add(n)?)?;
+        Some(b.iter().fold(0u128, |a, &x| (a << 8) | u128::from(x)))
+    }
+
+    /// The value of `field`, or `None` when the packet has none (or is not Ethernet).
+    pub fn get(&self, field: Field) -> Option<u128> {
+        match field {
+            Field::WireLen => return Some(self.wirelen.into()),
+            Field::Time => return Some(self.ts_ns.into()),
+            _ => {}
+        }
+        if !self.ether {
+            return None;
+        }
+        let proto = self.be(12, 2)?;
+        match field {
+            Field::LinkProto => Some(proto),
+            Field::EthDst => self.be(0, 6),
+            Field::EthSrc => self.be(6, 6),
+            Field::Ip4Src if proto == 0x0800 => self.be(26, 4),
+            Field::Ip4Dst if proto == 0x0800 => self.be(30, 4),
+            Field::Ip6Src if proto == 0x86dd => self.be(22, 16),
+            Field::Ip6Dst if proto == 0x86dd => self.be(38, 16),
+            Field::IpProto if proto == 0x0800 => self.be(23, 1),
+            Field::IpProto if proto == 0x86dd => self.be(20, 1),
+            Field::SrcPort | Field::DstPort => {
+                let at = match proto {
+                    0x0800 => {
+                        let ihl = self.be(14, 1)? as usize & 0xf;
+                        let frag = self.be(20, 2)? & 0x1fff;
+                        (matches!(self.be(23, 1)?, 6 | 17 | 132) && frag == 0).then_some(14 + 4 * ihl)?
+                    }
+                    0x86dd => matches!(self.be(20, 1)?, 6 | 17 | 132).then_some(54)?,
+                    _ => return None,
+                };
+                self.be(if field == Field::SrcPort { at } else { at + 2 }, 2)
+            }
+            _ => None,
+        }
+    }
+}
