@@ -271,19 +271,25 @@ fn packets_us(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
     out
 }
 
-#[test]
-fn sample_of_the_table_through_tcpdump_end_to_end() {
-    let Some(tcpdump) = pcaptool_tests::tool("tcpdump") else { return };
-    let bin = pcaptool_tests::pcaptool_bin();
-    let filters: Vec<String> = table().into_iter().step_by(11).collect();
+/// The captures of testdata/, and every `step`-th file of the corpus when it is present.
+fn trace_paths(step: usize) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
         .expect("testdata/")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
         .collect();
     if let Some(c) = corpus_dir() {
-        files.extend(corpus_files(&c).iter().step_by(60).map(|f| c.join(f)));
+        files.extend(corpus_files(&c).iter().step_by(step).map(|f| c.join(f)));
     }
+    files
+}
+
+#[test]
+fn sample_of_the_table_through_tcpdump_end_to_end() {
+    let Some(tcpdump) = pcaptool_tests::tool("tcpdump") else { return };
+    let bin = pcaptool_tests::pcaptool_bin();
+    let filters: Vec<String> = table().into_iter().step_by(11).collect();
+    let mut files = trace_paths(60);
     let word_gaps: Vec<(u32, String)> = gaps().into_iter().filter_map(|(lt, w)| Some((lt, w?))).collect();
     let gaps = gap_linktypes();
     files.retain(|f| {
@@ -649,14 +655,7 @@ mod random {
 fn planner_conditions_hold_for_every_match() {
     use pcaptool_query::plan;
     let filters = table();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
-        .expect("testdata/")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
-        .collect();
-    if let Some(c) = corpus_dir() {
-        files.extend(corpus_files(&c).iter().map(|f| c.join(f)));
-    }
+    let files = trace_paths(1);
     let compiled: Vec<_> = filters
         .iter()
         .filter_map(|f| {

@@ -511,42 +511,33 @@ impl Compiler {
         Ok(Cond::Cmp { v: self.ld(Rel::LinkHdr, 0, 1)?, test: Test::Set, k: bit })
     }
 
+    /// `(!bit && clear) || (bit && set)`, the shape libpcap builds each decision on a frame-control bit with.
+    fn by_bit(&self, bit: Cond, not_bit: Cond, clear: Cond, set: Cond) -> Cond {
+        Cond::or(Cond::and(Cond::not(not_bit), clear), Cond::and(bit, set))
+    }
+
     /// `gen_wlanhostop`: an address of an 802.11 frame, whose place depends on the frame type and DS bits.
     /// `addr` compares the address at an offset (a MAC address, or the multicast bit).
     fn wlanhostop(&self, dir: Dir, addr: &dyn Fn(u32) -> CResult<Cond>) -> CResult<Cond> {
-        match dir {
+        let data = match dir {
+            // Data frames: with From DS set, SA at 24 when To DS is set, else at 16; with From DS clear, at 10.
             Dir::Src => {
-                // Data frames with From DS set: SA at 24 with To DS set, else at 16.
-                let b0 = Cond::and(self.ds_bit(0x01)?, addr(24)?);
-                let b1 = Cond::and(Cond::not(self.ds_bit(0x01)?), addr(16)?);
-                let b0 = Cond::or(b1, b0);
-                let b0 = Cond::and(self.ds_bit(0x02)?, b0);
-                // From DS clear: SA at 10.
-                let b1 = Cond::and(Cond::not(self.ds_bit(0x02)?), addr(10)?);
-                let b0 = Cond::or(b1, b0);
-                let b0 = Cond::and(self.type_bit(0x08)?, b0);
-                // Management frames: SA at 10.
-                let b1 = Cond::and(Cond::not(self.type_bit(0x08)?), addr(10)?);
-                let b0 = Cond::or(b1, b0);
-                // Control frames have no SA.
-                Ok(Cond::and(Cond::not(self.type_bit(0x04)?), b0))
+                let from_ds = self.by_bit(self.ds_bit(0x01)?, self.ds_bit(0x01)?, addr(16)?, addr(24)?);
+                self.by_bit(self.ds_bit(0x02)?, self.ds_bit(0x02)?, addr(10)?, from_ds)
             }
-            Dir::Dst => {
-                // Data frames: DA at 16 with To DS set, else at 4.
-                let b0 = Cond::and(self.ds_bit(0x01)?, addr(16)?);
-                let b1 = Cond::and(Cond::not(self.ds_bit(0x01)?), addr(4)?);
-                let b0 = Cond::or(b1, b0);
-                let b0 = Cond::and(self.type_bit(0x08)?, b0);
-                // Management frames: DA at 4.
-                let b1 = Cond::and(Cond::not(self.type_bit(0x08)?), addr(4)?);
-                let b0 = Cond::or(b1, b0);
-                Ok(Cond::and(Cond::not(self.type_bit(0x04)?), b0))
+            // Data frames: DA at 16 when To DS is set, else at 4.
+            Dir::Dst => self.by_bit(self.ds_bit(0x01)?, self.ds_bit(0x01)?, addr(4)?, addr(16)?),
+            Dir::SrcAndDst => {
+                return Ok(Cond::and(self.wlanhostop(Dir::Src, addr)?, self.wlanhostop(Dir::Dst, addr)?));
             }
-            Dir::SrcAndDst => Ok(Cond::and(self.wlanhostop(Dir::Src, addr)?, self.wlanhostop(Dir::Dst, addr)?)),
             Dir::Default | Dir::SrcOrDst => {
-                Ok(Cond::or(self.wlanhostop(Dir::Src, addr)?, self.wlanhostop(Dir::Dst, addr)?))
+                return Ok(Cond::or(self.wlanhostop(Dir::Src, addr)?, self.wlanhostop(Dir::Dst, addr)?));
             }
-        }
+        };
+        // Management frames: SA at 10, DA at 4. Control frames have neither.
+        let mgmt = addr(if dir == Dir::Src { 10 } else { 4 })?;
+        let b = self.by_bit(self.type_bit(0x08)?, self.type_bit(0x08)?, mgmt, data);
+        Ok(Cond::and(Cond::not(self.type_bit(0x04)?), b))
     }
 
     fn loopback_linktype(&self, af: u32) -> CResult<Cond> {
@@ -996,18 +987,7 @@ impl Compiler {
                     }
                     _ => {}
                 }
-                let alu = match op {
-                    ArithOp::Add => Alu::Add,
-                    ArithOp::Sub => Alu::Sub,
-                    ArithOp::Mul => Alu::Mul,
-                    ArithOp::Div => Alu::Div,
-                    ArithOp::Mod => Alu::Mod,
-                    ArithOp::And => Alu::And,
-                    ArithOp::Or => Alu::Or,
-                    ArithOp::Xor => Alu::Xor,
-                    ArithOp::Shl => Alu::Shl,
-                    ArithOp::Shr => Alu::Shr,
-                };
+                let alu = *op;
                 let val = match (a0.val, a1.val) {
                     // libpcap's optimiser folds constant operations, and refuses a constant division by zero.
                     (Val::K(x), Val::K(y)) => match alu.apply(x, y) {

@@ -800,206 +800,50 @@ impl Matcher {
         let mut pc = 0usize;
         // libpcap's A register: the last value loaded, which `A*` operations test again without a load.
         let mut a = 0u32;
+        // Load (ending the program with "no match" when the load fails), keep the value in A, test it.
+        macro_rules! test {
+            ($load:expr, |$v:ident| $cond:expr) => {
+                match $load {
+                    Some($v) => {
+                        a = $v;
+                        $cond
+                    }
+                    None => return false,
+                }
+            };
+        }
         loop {
             let Some(op) = ops.get(pc) else { return false };
             let hit = match op.code {
                 Code::Ret => return op.k != 0,
-                Code::AbsBEq => match abs1(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsBGt => match abs1(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsBGe => match abs1(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsBSet => match abs1(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
-                Code::AbsHEq => match abs2(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsHGt => match abs2(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsHGe => match abs2(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsHSet => match abs2(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
-                Code::AbsWEq => match abs4(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsWGt => match abs4(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsWGe => match abs4(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::AbsWSet => match abs4(data, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
-                Code::TranBEq => match tran1(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::TranBGt => match tran1(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::TranBGe => match tran1(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::TranBSet => match tran1(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
-                Code::TranHEq => match tran2(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::TranHGt => match tran2(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::TranHGe => match tran2(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::TranHSet => match tran2(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
-                Code::TranWEq => match tran4(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::TranWGt => match tran4(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::TranWGe => match tran4(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::TranWSet => match tran4(data, op.aux, op.off) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
-                Code::LenEq => match Some(wirelen) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask == op.k
-                    }
-                    None => return false,
-                },
-                Code::LenGt => match Some(wirelen) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask > op.k
-                    }
-                    None => return false,
-                },
-                Code::LenGe => match Some(wirelen) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask >= op.k
-                    }
-                    None => return false,
-                },
-                Code::LenSet => match Some(wirelen) {
-                    Some(v) => {
-                        a = v;
-                        v & op.mask & op.k != 0
-                    }
-                    None => return false,
-                },
+                Code::AbsBEq => test!(abs1(data, op.off), |v| v & op.mask == op.k),
+                Code::AbsBGt => test!(abs1(data, op.off), |v| v & op.mask > op.k),
+                Code::AbsBGe => test!(abs1(data, op.off), |v| v & op.mask >= op.k),
+                Code::AbsBSet => test!(abs1(data, op.off), |v| v & op.mask & op.k != 0),
+                Code::AbsHEq => test!(abs2(data, op.off), |v| v & op.mask == op.k),
+                Code::AbsHGt => test!(abs2(data, op.off), |v| v & op.mask > op.k),
+                Code::AbsHGe => test!(abs2(data, op.off), |v| v & op.mask >= op.k),
+                Code::AbsHSet => test!(abs2(data, op.off), |v| v & op.mask & op.k != 0),
+                Code::AbsWEq => test!(abs4(data, op.off), |v| v & op.mask == op.k),
+                Code::AbsWGt => test!(abs4(data, op.off), |v| v & op.mask > op.k),
+                Code::AbsWGe => test!(abs4(data, op.off), |v| v & op.mask >= op.k),
+                Code::AbsWSet => test!(abs4(data, op.off), |v| v & op.mask & op.k != 0),
+                Code::TranBEq => test!(tran1(data, op.aux, op.off), |v| v & op.mask == op.k),
+                Code::TranBGt => test!(tran1(data, op.aux, op.off), |v| v & op.mask > op.k),
+                Code::TranBGe => test!(tran1(data, op.aux, op.off), |v| v & op.mask >= op.k),
+                Code::TranBSet => test!(tran1(data, op.aux, op.off), |v| v & op.mask & op.k != 0),
+                Code::TranHEq => test!(tran2(data, op.aux, op.off), |v| v & op.mask == op.k),
+                Code::TranHGt => test!(tran2(data, op.aux, op.off), |v| v & op.mask > op.k),
+                Code::TranHGe => test!(tran2(data, op.aux, op.off), |v| v & op.mask >= op.k),
+                Code::TranHSet => test!(tran2(data, op.aux, op.off), |v| v & op.mask & op.k != 0),
+                Code::TranWEq => test!(tran4(data, op.aux, op.off), |v| v & op.mask == op.k),
+                Code::TranWGt => test!(tran4(data, op.aux, op.off), |v| v & op.mask > op.k),
+                Code::TranWGe => test!(tran4(data, op.aux, op.off), |v| v & op.mask >= op.k),
+                Code::TranWSet => test!(tran4(data, op.aux, op.off), |v| v & op.mask & op.k != 0),
+                Code::LenEq => test!(Some(wirelen), |v| v & op.mask == op.k),
+                Code::LenGt => test!(Some(wirelen), |v| v & op.mask > op.k),
+                Code::LenGe => test!(Some(wirelen), |v| v & op.mask >= op.k),
+                Code::LenSet => test!(Some(wirelen), |v| v & op.mask & op.k != 0),
                 Code::Touch => {
                     let p = Packet { data, wirelen, ts_ns };
                     if self.vals.get(op.aux as usize).and_then(|v| v.eval(&p)).is_none() {

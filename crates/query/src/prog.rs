@@ -36,30 +36,8 @@ impl Test {
     }
 }
 
-/// An arithmetic operation of BPF's ALU.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
-pub enum Alu {
-    /// `+`
-    Add,
-    /// `-`
-    Sub,
-    /// `*`
-    Mul,
-    /// `/` (by zero: no match)
-    Div,
-    /// `%` (by zero: no match)
-    Mod,
-    /// `&`
-    And,
-    /// `|`
-    Or,
-    /// `^`
-    Xor,
-    /// `<<` (32 or more: 0)
-    Shl,
-    /// `>>` (32 or more: 0)
-    Shr,
-}
+/// An arithmetic operation of BPF's ALU: the operators of the language, given BPF's run-time meaning here.
+pub use crate::ast::ArithOp as Alu;
 
 impl Alu {
     /// Applies the operation; `None` for a division or modulus by zero.
