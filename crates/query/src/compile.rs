@@ -564,17 +564,19 @@ impl Compiler {
                 Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, ETHERTYPE_IPX)?, b1))
             }
             ETHERTYPE_ATALK | ETHERTYPE_AARP => {
-                let snap = if p == ETHERTYPE_ATALK {
-                    self.snap(0x080007, ETHERTYPE_ATALK)?
-                } else {
-                    self.snap(0, ETHERTYPE_AARP)?
-                };
+                let snap = self.appletalk_snap(p)?;
                 let b1 = Cond::and(is_8023()?, snap);
                 Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, p)?, b1))
             }
             _ if p <= ETHERMTU => Ok(Cond::and(is_8023()?, self.cmp(Rel::LinkType, 2, 1, p)?)),
             _ => self.cmp(Rel::LinkType, 0, 2, p),
         }
+    }
+
+    /// 802.2-encapsulated AppleTalk is SNAP with Apple's organization code; AARP, SNAP with encapsulated
+    /// Ethernet's.
+    fn appletalk_snap(&self, p: u32) -> CResult<Cond> {
+        if p == ETHERTYPE_ATALK { self.snap(0x080007, ETHERTYPE_ATALK) } else { self.snap(0, ETHERTYPE_AARP) }
     }
 
     fn sll_linktype(&self, p: u32) -> CResult<Cond> {
@@ -590,11 +592,7 @@ impl Compiler {
                 Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, ETHERTYPE_IPX)?, b1))
             }
             ETHERTYPE_ATALK | ETHERTYPE_AARP => {
-                let snap = if p == ETHERTYPE_ATALK {
-                    self.snap(0x080007, ETHERTYPE_ATALK)?
-                } else {
-                    self.snap(0, ETHERTYPE_AARP)?
-                };
+                let snap = self.appletalk_snap(p)?;
                 let b1 = Cond::and(self.cmp(Rel::LinkType, 0, 2, LINUX_SLL_P_802_2)?, snap);
                 Ok(Cond::or(self.cmp(Rel::LinkType, 0, 2, p)?, b1))
             }

@@ -547,11 +547,7 @@ fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
                 Op { code: Code::Ret, test: Test::Eq, off: 0, mask: 0, k: u32::from(*r), aux: 0, jt: 0, jf: 0 }
             }
             Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
-                let kind = match size {
-                    1 => 0,
-                    2 => 1,
-                    _ => 2,
-                };
+                let kind = usize::from(*size).min(4) / 2; // 1, 2, 4 bytes: 0, 1, 2
                 Op {
                     code: code_of(kind, *test),
                     test: *test,
@@ -564,11 +560,7 @@ fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
                 }
             }
             Insn::Tran { msh, off, size, mask, test, k, jt, jf, .. } => {
-                let kind = match size {
-                    1 => 3,
-                    2 => 4,
-                    _ => 5,
-                };
+                let kind = 3 + usize::from(*size).min(4) / 2;
                 Op {
                     code: code_of(kind, *test),
                     test: *test,
