@@ -403,8 +403,10 @@ pub struct Matcher {
     cond: Cond,
     /// The reachable code lowered for execution: compact, laid out in execution order.
     ops: Vec<Op>,
-    /// Values of `Gen`/`GenX` operations, indexed by `Op::k`/`Op::off`.
+    /// Values of `Gen`/`GenX`/`Touch` operations, indexed by `Op::aux`.
     vals: Vec<Val>,
+    /// Constants of `AIn` operations: `Op::k` of them from `Op::off`.
+    sets: Vec<u32>,
 }
 
 /// What an [`Op`] does: where its value comes from and how it is tested, in one dispatch.
@@ -443,6 +445,8 @@ enum Code {
     Touch,
     /// The value the previous operation loaded (every way here loads the same field), tested again.
     AEq,
+    /// `A & mask` is one of `sets[off..off + k]`.
+    AIn,
     AGt,
     AGe,
     ASet,
@@ -528,7 +532,10 @@ struct Op {
 }
 
 /// Lowers the reachable code to [`Op`]s in execution order; `None` if it is too long for 16-bit jumps.
-fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
+/// The lowered program: operations, the values of `Gen`/`GenX`/`Touch`, and the constants of `AIn` sets.
+type Lowered = (Vec<Op>, Vec<Val>, Vec<u32>);
+
+fn lower(code: &[Insn], entry: u32) -> Option<Lowered> {
     let order = reachable(code, entry);
     if order.len() > usize::from(u16::MAX) {
         return None;
@@ -539,6 +546,7 @@ fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
     }
     let jfw = |x: u32| u32::from(at[x as usize]);
     let mut vals = Vec::new();
+    let mut sets = Vec::new();
     let mut ops = Vec::with_capacity(order.len());
     for &n in &order {
         let j = |x: u32| at[x as usize];
@@ -646,7 +654,32 @@ fn lower(code: &[Insn], entry: u32) -> Option<(Vec<Op>, Vec<Val>)> {
         }
         key[i] = Some(k);
     }
-    Some((ops, vals))
+    // A run of `A == k` tests chained by their false branches towards one true target (port and address lists)
+    // becomes one membership test: one branch instead of one per value.
+    for i in 0..ops.len() {
+        if ops[i].code != Code::AEq {
+            continue;
+        }
+        let (jt, mask) = (ops[i].jt, ops[i].mask);
+        let mut set = vec![ops[i].k];
+        let mut cur = i;
+        loop {
+            let nx = ops[cur].jf as usize;
+            let chained = ops.get(nx).is_some_and(|o| o.code == Code::AEq && o.jt == jt && o.mask == mask);
+            if !chained || preds[nx] != [cur] || set.len() >= 64 {
+                break;
+            }
+            set.push(ops[nx].k);
+            cur = nx;
+        }
+        if set.len() >= 2 {
+            let at = sets.len() as u32;
+            sets.extend_from_slice(&set);
+            ops[i] =
+                Op { code: Code::AIn, test: Test::Eq, off: at, mask, k: set.len() as u32, aux: 0, jt, jf: ops[cur].jf };
+        }
+    }
+    Some((ops, vals, sets))
 }
 
 /// `(value & mask)` recognised as a fused load.
@@ -714,8 +747,8 @@ impl Matcher {
             }
             _ => root,
         };
-        let (ops, vals) = lower(&code, entry).unwrap_or_default();
-        Matcher { code, entry, cond, ops, vals }
+        let (ops, vals, sets) = lower(&code, entry).unwrap_or_default();
+        Matcher { code, entry, cond, ops, vals, sets }
     }
 
     /// The condition tree this matcher runs (what `--explain` prints).
@@ -844,6 +877,11 @@ impl Matcher {
                     true
                 }
                 Code::AEq => a & op.mask == op.k,
+                Code::AIn => {
+                    let v = a & op.mask;
+                    let set = self.sets.get(op.off as usize..(op.off + op.k) as usize).unwrap_or(&[]);
+                    set.iter().fold(false, |hit, &x| hit | (x == v))
+                }
                 Code::AGt => a & op.mask > op.k,
                 Code::AGe => a & op.mask >= op.k,
                 Code::ASet => a & op.mask & op.k != 0,
