@@ -1,32 +1,44 @@
 //! tcpdump's filter language for pcaptool, with libpcap's semantics: a parser, a compiler to a matcher over raw
 //! packet bytes, and a planner that splits a filter into what an index can answer and what is left to check
-//! per packet.
+//! per packet (docs/filters.md).
 //!
 //! ```
-//! use pcaptool_query::parse;
-//! let e = parse("tcp dst port 80 or 443").unwrap().unwrap();
-//! assert_eq!(e.to_string(), "(tcp dst port 80 or tcp dst port 443)");
+//! use pcaptool_packet::LinkType;
+//! use pcaptool_query::{Filter, Target};
+//!
+//! let f = Filter::new("tcp dst port 80 or 443").unwrap();
+//! assert_eq!(f.expr().unwrap().to_string(), "(tcp dst port 80 or tcp dst port 443)");
+//! let m = f.compile(Target::new(LinkType::ETHERNET)).unwrap();
+//! let syn_to_443 = [
+//!     [0u8; 12].as_slice(), &[0x08, 0x00],                          // Ethernet, IPv4
+//!     &[0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2], // IPv4, TCP
+//!     &[0x30, 0x39, 0x01, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x02, 0, 0, 0, 0, 0, 0], // ports 12345 -> 443
+//! ]
+//! .concat();
+//! assert!(m.matches(&syn_to_443, syn_to_443.len() as u32, 0));
+//! assert!(!m.matches(&syn_to_443[..37], 54, 0)); // cut inside the port: no match, as in BPF
 //! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod ast;
-mod error;
-mod lex;
-mod parse;
-
-pub use ast::Expr;
-pub use error::{ErrorKind, FilterError, Span};
-pub use parse::parse;
 mod compile;
+mod error;
+#[doc(hidden)]
+pub mod fuzz_harness;
+mod lex;
+mod matcher;
 mod names;
+mod parse;
+pub mod plan;
 pub mod prog;
 
+pub use ast::Expr;
 pub use compile::Target;
-mod matcher;
-
+pub use error::{ErrorKind, FilterError, Span};
 pub use matcher::Matcher;
+pub use parse::parse;
 
 /// A parsed filter, ready to be compiled for the link types it meets.
 #[derive(Clone, Debug)]
@@ -73,6 +85,3 @@ impl Filter {
         Ok(m)
     }
 }
-#[doc(hidden)]
-pub mod fuzz_harness;
-pub mod plan;
