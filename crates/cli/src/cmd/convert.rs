@@ -13,6 +13,7 @@ use pcaptool_packet::{
     precision_for,
 };
 
+use crate::cmd::same_file;
 use crate::progress;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,14 +69,6 @@ fn parse_time_arg(s: &str) -> Result<u64, String> {
 
 fn name_of(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default()
-}
-
-/// Whether `a` and `b` name the same existing file (writing one would destroy the other while it is read).
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -4,3 +4,11 @@ pub(crate) mod convert;
 pub(crate) mod explain;
 pub(crate) mod info;
 pub(crate) mod query;
+
+/// Whether `a` and `b` name the same existing file (writing one would destroy the other while it is read).
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}

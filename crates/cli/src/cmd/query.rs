@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -12,6 +12,7 @@ use pcaptool_packet::{FileFormat, Interface, LinkType, OutputFormat, Record, Rec
 use pcaptool_query::{Filter, Matcher, Target};
 use rayon::prelude::*;
 
+use crate::cmd::same_file;
 use crate::progress;
 
 /// Arguments of `pcaptool query`.
@@ -83,7 +84,7 @@ fn max_snaplen(lt: LinkType) -> u32 {
         231 => 128 * 1024 * 1024, // D-Bus
         279 => 8 * 1024 * 1024,   // EBHSCR
         249 => 1024 * 1024,       // USBPcap
-        _ => 262_144,
+        _ => pcaptool_packet::MAX_SNAPLEN,
     }
 }
 
@@ -197,13 +198,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
 }
 
 struct Stats {
