@@ -260,9 +260,7 @@ fn scan(
                 let lt = r.linktype.base();
                 compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
             };
-            hits.clear();
-            let per_chunk: Vec<Vec<bool>> = batch.par_chunks(1024).map(|c| c.iter().map(decide).collect()).collect();
-            hits.extend(per_chunk.into_iter().flatten());
+            batch.par_iter().with_min_len(1024).map(decide).collect_into_vec(&mut hits);
             for (rec, hit) in batch.iter().zip(&hits) {
                 stats.scanned += 1;
                 if !*hit {
