@@ -49,7 +49,6 @@ struct Tally {
     matched: u64,
     agreed_refusals: usize,
     problems: Vec<String>,
-    extensions: usize,
     incomparable: usize,
     gaps: HashMap<u32, usize>,
 }
@@ -219,7 +218,6 @@ fn filter_table_agrees_with_libpcap_on_every_trace() {
                 all.decisions += t.decisions;
                 all.matched += t.matched;
                 all.agreed_refusals += t.agreed_refusals;
-                all.extensions += t.extensions;
                 all.incomparable += t.incomparable;
                 for (lt, n) in t.gaps {
                     *all.gaps.entry(lt).or_default() += n;

@@ -70,7 +70,7 @@ enum Dlt {
     Sll2,
     Ipnet,
     /// libpcap knows the link type but cannot filter on its protocol field.
-    NoTypeFilter(&'static str),
+    NoTypeFilter,
     /// libpcap filters this link type but pcaptool does not yet: only filters that look at no header compile.
     Unimplemented,
     /// 802.11, bare or after radiotap or PPI.
@@ -151,7 +151,6 @@ pub(crate) struct Compiler {
     off_linkpl: Option<Off>,
     off_nl: u32,
     label_stack_depth: u32,
-    vlan_stack_depth: u32,
     span: Span,
     /// Which variable offsets the code uses (libpcap allocates their registers, and computes them at the
     /// start of the program, only then).
@@ -200,7 +199,7 @@ impl Compiler {
             // 802.11 with Prism or AVS headers: not yet evaluated by pcaptool.
             119 | 163 => (Dlt::Unimplemented, None, None),
             // libpcap's own encapsulation-specific range: no protocol field, link-layer loads from offset 0.
-            104..=289 => (Dlt::NoTypeFilter(""), None, None),
+            104..=289 => (Dlt::NoTypeFilter, None, None),
             _ => {
                 return Err(ErrorKind::LinkType {
                     what: "no filter can be applied (libpcap does not know this link type either)".into(),
@@ -233,7 +232,6 @@ impl Compiler {
             off_linkpl,
             off_nl,
             label_stack_depth: 0,
-            vlan_stack_depth: 0,
             span: Span::default(),
             uses_linkpl_var: std::cell::Cell::new(false),
             uses_linkhdr_var: std::cell::Cell::new(false),
@@ -479,7 +477,7 @@ impl Compiler {
             Dlt::Llc => self.llc_linktype(ll_proto),
             Dlt::SunAtm => Ok(Cond::and(self.mcmp(Rel::LinkHdr, 0, 1, 2, 0x0f)?, self.llc_linktype(ll_proto)?)),
             Dlt::Magic(v, mask) => self.mcmp(Rel::LinkHdr, 0, 4, v, mask),
-            Dlt::NoTypeFilter(_) => self.link_err("link-layer type filtering is not implemented"),
+            Dlt::NoTypeFilter => self.link_err("link-layer type filtering is not implemented"),
             Dlt::Unimplemented => self.link_err("pcaptool does not yet evaluate protocol tests"),
         }
     }
@@ -1166,7 +1164,6 @@ impl Compiler {
         // Everything after this looks inside the tag.
         self.off_linkpl = self.off_linkpl.as_ref().map(|o| o.plus(4));
         self.off_linktype = self.off_linktype.as_ref().map(|o| o.plus(4));
-        self.vlan_stack_depth += 1;
         Ok(b)
     }
 

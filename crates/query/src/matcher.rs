@@ -235,14 +235,7 @@ fn dominated_by(dom: &[Vec<u64>], n: u32, by: u32) -> bool {
 /// branches that all share one true (false) target, a later test of the value the chain's predecessor tested is
 /// moved up next to it, so that tests of one field run together. This changes which loads a short packet
 /// reaches, as it does in libpcap. Returns whether the code changed.
-fn pullup(
-    code: &mut [Insn],
-    order: &[u32],
-    preds: &[Vec<(u32, bool)>],
-    dom: &[Vec<u64>],
-    b: u32,
-    along_false: bool,
-) -> bool {
+fn pullup(code: &mut [Insn], preds: &[Vec<(u32, bool)>], dom: &[Vec<u64>], b: u32, along_false: bool) -> bool {
     let key = |n: u32| code[n as usize].test().map(|t| t.0);
     let Some(&(p0, w0)) = preds[b as usize].first() else { return false };
     let val = key(p0);
@@ -280,7 +273,6 @@ fn pullup(
         }
         same = (n, !along_false);
     };
-    let _ = order;
     let after = next(pull).unwrap_or(pull);
     let (sn, sw) = same;
     code[sn as usize].set_target(sw, after);
@@ -311,7 +303,7 @@ fn pullups(code: &mut [Insn], entry: u32) -> bool {
     let mut by_level: Vec<u32> = order.iter().copied().filter(|&n| height[n as usize] >= 1).collect();
     by_level.sort_by_key(|&n| height[n as usize]);
     for &b in &by_level {
-        if pullup(code, &order, &preds, &dom, b, true) || pullup(code, &order, &preds, &dom, b, false) {
+        if pullup(code, &preds, &dom, b, true) || pullup(code, &preds, &dom, b, false) {
             return true;
         }
     }
