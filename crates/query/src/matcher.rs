@@ -4,7 +4,7 @@
 //! to one of two instructions; `and`, `or` and `not` become jump targets and cost nothing at run time. The first
 //! two instructions are "match" and "no match". A load past the captured bytes jumps to "no match", as in BPF.
 
-use crate::prog::{Alu, Cond, Packet, Test, Val, load};
+use crate::prog::{Alu, Cond, Packet, Test, Val};
 
 const ACCEPT: u32 = 0;
 const REJECT: u32 = 1;
@@ -394,7 +394,7 @@ pub struct Matcher {
     entry: u32,
     cond: Cond,
     /// The reachable code lowered for execution: compact, laid out in execution order.
-    ops: Vec<Op>,
+    ops: Ops,
     /// Values of `Gen`/`GenX`/`Touch` operations, indexed by `Op::aux`.
     vals: Vec<Val>,
     /// Constants of `AIn` operations: `Op::k` of them from `Op::off`.
@@ -510,7 +510,7 @@ fn tran4(data: &[u8], msh: u32, off: u32) -> Option<u32> {
 
 /// One executable operation: load (by `kind`), mask, test against `k`, jump. 24 bytes.
 #[derive(Clone, Copy, Debug)]
-struct Op {
+struct Op<J> {
     code: Code,
     test: Test,
     off: u32,
@@ -519,32 +519,64 @@ struct Op {
     /// `Tran`: offset of the IPv4 header; `Gen`: index of the value; `GenX`: index of the left value; times:
     /// low 32 bits of the instant.
     aux: u32,
-    jt: u16,
+    /// Where to go when the test holds: 16 bits in all but huge programs. A `jt` of another width than `jf`
+    /// keeps the compiler from choosing the next operation with a load indexed by the test's result (which would
+    /// make it wait for the packet byte); it branches instead (docs/BENCHMARKS.md).
+    jt: J,
     jf: u32,
 }
 
-/// Lowers the reachable code to [`Op`]s in execution order; `None` if it is too long for 16-bit jumps.
-/// The lowered program: operations, the values of `Gen`/`GenX`/`Touch`, and the constants of `AIn` sets.
-type Lowered = (Vec<Op>, Vec<Val>, Vec<u32>);
+/// The width of `Op::jt`.
+trait Jump: Copy + PartialEq + std::fmt::Debug {
+    fn of(at: u32) -> Self;
+    fn at(self) -> usize;
+}
 
-fn lower(code: &[Insn], entry: u32) -> Option<Lowered> {
-    let order = reachable(code, entry);
-    if order.len() > usize::from(u16::MAX) {
-        return None;
+impl Jump for u16 {
+    fn of(at: u32) -> u16 {
+        at as u16
     }
-    let mut at = vec![u16::MAX; code.len()];
+    #[inline(always)]
+    fn at(self) -> usize {
+        usize::from(self)
+    }
+}
+
+impl Jump for u32 {
+    fn of(at: u32) -> u32 {
+        at
+    }
+    #[inline(always)]
+    fn at(self) -> usize {
+        self as usize
+    }
+}
+
+/// A lowered program: 16-bit true-jumps when it has at most 65,535 operations, else 32-bit.
+#[derive(Clone, Debug)]
+enum Ops {
+    Short(Vec<Op<u16>>),
+    Wide(Vec<Op<u32>>),
+}
+
+/// The lowered program: operations, the values of `Gen`/`GenX`/`Touch`, and the constants of `AIn` sets.
+type Lowered<J> = (Vec<Op<J>>, Vec<Val>, Vec<u32>);
+
+/// Lowers the reachable code to [`Op`]s in execution order.
+fn lower<J: Jump>(code: &[Insn], order: &[u32]) -> Lowered<J> {
+    let mut at = vec![u32::MAX; code.len()];
     for (i, &n) in order.iter().enumerate() {
-        at[n as usize] = i as u16;
+        at[n as usize] = i as u32;
     }
-    let jfw = |x: u32| u32::from(at[x as usize]);
+    let jfw = |x: u32| at[x as usize];
     let mut vals = Vec::new();
     let mut sets = Vec::new();
     let mut ops = Vec::with_capacity(order.len());
-    for &n in &order {
-        let j = |x: u32| at[x as usize];
+    for &n in order {
+        let j = |x: u32| J::of(at[x as usize]);
         let op = match &code[n as usize] {
             Insn::Ret(r) => {
-                Op { code: Code::Ret, test: Test::Eq, off: 0, mask: 0, k: u32::from(*r), aux: 0, jt: 0, jf: 0 }
+                Op { code: Code::Ret, test: Test::Eq, off: 0, mask: 0, k: u32::from(*r), aux: 0, jt: J::of(0), jf: 0 }
             }
             Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
                 let kind = usize::from(*size).min(4) / 2; // 1, 2, 4 bytes: 0, 1, 2
@@ -612,7 +644,7 @@ fn lower(code: &[Insn], entry: u32) -> Option<Lowered> {
         ops.push(op);
     }
     // An operation whose every predecessor loaded the same field finds it in A.
-    let load_key = |op: &Op| -> Option<(u8, u32, u32)> {
+    let load_key = |op: &Op<J>| -> Option<(u8, u32, u32)> {
         let class = match op.code {
             Code::AbsBEq | Code::AbsBGt | Code::AbsBGe | Code::AbsBSet => 0,
             Code::AbsHEq | Code::AbsHGt | Code::AbsHGe | Code::AbsHSet => 1,
@@ -628,7 +660,7 @@ fn lower(code: &[Insn], entry: u32) -> Option<Lowered> {
     let mut preds: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
     for (i, op) in ops.iter().enumerate() {
         if op.code != Code::Ret {
-            preds[usize::from(op.jt)].push(i);
+            preds[op.jt.at()].push(i);
             preds[op.jf as usize].push(i);
         }
     }
@@ -671,7 +703,7 @@ fn lower(code: &[Insn], entry: u32) -> Option<Lowered> {
                 Op { code: Code::AIn, test: Test::Eq, off: at, mask, k: set.len() as u32, aux: 0, jt, jf: ops[cur].jf };
         }
     }
-    Some((ops, vals, sets))
+    (ops, vals, sets)
 }
 
 /// `(value & mask)` recognised as a fused load.
@@ -739,7 +771,14 @@ impl Matcher {
             }
             _ => root,
         };
-        let (ops, vals, sets) = lower(&code, entry).unwrap_or_default();
+        let order = reachable(&code, entry);
+        let (ops, vals, sets) = if order.len() <= usize::from(u16::MAX) {
+            let (o, v, s) = lower::<u16>(&code, &order);
+            (Ops::Short(o), v, s)
+        } else {
+            let (o, v, s) = lower::<u32>(&code, &order);
+            (Ops::Wide(o), v, s)
+        };
         Matcher { code, entry, cond, ops, vals, sets }
     }
 
@@ -793,7 +832,10 @@ impl Matcher {
 
     /// Number of operations the program runs from (reachable ones, returns included).
     pub fn len(&self) -> usize {
-        if self.ops.is_empty() { reachable(&self.code, self.entry).len() } else { self.ops.len() }
+        match &self.ops {
+            Ops::Short(o) => o.len(),
+            Ops::Wide(o) => o.len(),
+        }
     }
 
     /// Whether the program is a single return (it decides without looking at the packet).
@@ -810,10 +852,14 @@ impl Matcher {
     /// Whether `data` (captured bytes of a packet of `wirelen` bytes on the wire, taken at `ts_ns`) matches.
     #[inline]
     pub fn matches(&self, data: &[u8], wirelen: u32, ts_ns: u64) -> bool {
-        if self.ops.is_empty() {
-            return self.matches_slow(data, wirelen, ts_ns);
+        match &self.ops {
+            Ops::Short(ops) => self.run(ops, data, wirelen, ts_ns),
+            Ops::Wide(ops) => self.run(ops, data, wirelen, ts_ns),
         }
-        let ops = &self.ops[..];
+    }
+
+    #[inline(always)]
+    fn run<J: Jump>(&self, ops: &[Op<J>], data: &[u8], wirelen: u32, ts_ns: u64) -> bool {
         let mut pc = 0usize;
         // libpcap's A register: the last value loaded, which `A*` operations test again without a load.
         let mut a = 0u32;
@@ -897,63 +943,10 @@ impl Matcher {
                 }
             };
             if hit {
-                pc = usize::from(op.jt);
+                pc = op.jt.at();
                 continue;
             }
             pc = op.jf as usize;
-        }
-    }
-
-    /// The unlowered code (programs too long for 16-bit jumps).
-    fn matches_slow(&self, data: &[u8], wirelen: u32, ts_ns: u64) -> bool {
-        let mut pc = self.entry as usize;
-        loop {
-            // The code is built so that every jump target is in range; a failed lookup would be a compiler bug
-            // and counts as no match.
-            let Some(insn) = self.code.get(pc) else { return false };
-            pc = match *insn {
-                Insn::Ret(r) => return r,
-                Insn::Touch { ref v, next } => {
-                    if v.eval(&Packet { data, wirelen, ts_ns }).is_none() {
-                        return false;
-                    }
-                    next
-                }
-                Insn::Abs { off, size, mask, test, k, jt, jf, .. } => {
-                    let Some(v) = load(data, u64::from(off), size) else { return false };
-                    if test.apply(v & mask, k) { jt } else { jf }
-                }
-                Insn::Tran { msh, off, size, mask, test, k, jt, jf, .. } => {
-                    let Some(&b) = data.get(msh as usize) else { return false };
-                    let x = u64::from(4 * (b & 0xf));
-                    let Some(v) = load(data, x + u64::from(off), size) else { return false };
-                    if test.apply(v & mask, k) { jt } else { jf }
-                }
-                Insn::Len { mask, test, k, jt, jf, .. } => {
-                    if test.apply(wirelen & mask, k) {
-                        jt
-                    } else {
-                        jf
-                    }
-                }
-                Insn::Gen { ref v, test, k, jt, jf } => {
-                    let p = Packet { data, wirelen, ts_ns };
-                    let Some(v) = v.eval(&p) else { return false };
-                    if test.apply(v, k) { jt } else { jf }
-                }
-                Insn::GenX { ref a, test, ref b, jt, jf } => {
-                    let p = Packet { data, wirelen, ts_ns };
-                    let (Some(a), Some(b)) = (a.eval(&p), b.eval(&p)) else { return false };
-                    if test.apply(a, b) { jt } else { jf }
-                }
-                Insn::Time { after, t, jt, jf } => {
-                    if (ts_ns >= t) == after {
-                        jt
-                    } else {
-                        jf
-                    }
-                }
-            } as usize;
         }
     }
 }
@@ -1024,4 +1017,41 @@ fn emit_cmp(code: &mut Vec<Insn>, v: &Val, test: Test, k: u32, jt: u32, jf: u32,
     };
     code.push(insn);
     (code.len() - 1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Filter, Target};
+    use pcaptool_packet::LinkType;
+
+    /// Programs of more than 65,535 operations run with 32-bit jumps through the same interpreter: lowering a
+    /// small program both ways decides every packet alike.
+    #[test]
+    fn wide_jumps_decide_as_short_ones() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for f in
+            ["tcp port 80 or 443 or 22", "host 10.0.0.1 and not udp", "vlan and ip and tcp[13] & 2 != 0", "len > 60"]
+        {
+            let m = Filter::new(f).unwrap().compile(Target::new(LinkType::ETHERNET)).unwrap();
+            let order = reachable(&m.code, m.entry);
+            let (wide, _, _) = lower::<u32>(&m.code, &order);
+            assert!(matches!(m.ops, Ops::Short(_)));
+            for _ in 0..2000 {
+                let mut pkt = vec![0u8; (next() % 90) as usize];
+                pkt.iter_mut().for_each(|b| *b = next() as u8);
+                if pkt.len() > 14 && next() % 2 == 0 {
+                    pkt[12..14].copy_from_slice(if next() % 2 == 0 { &[8, 0] } else { &[0x86, 0xdd] });
+                }
+                let wire = pkt.len() as u32 + (next() % 8) as u32;
+                assert_eq!(m.run(&wide, &pkt, wire, 0), m.matches(&pkt, wire, 0), "`{f}` on {pkt:02x?}");
+            }
+        }
+    }
 }
