@@ -48,26 +48,10 @@ fn furthest(a: FilterError, b: FilterError) -> FilterError {
 }
 
 fn pname(kw: Kw) -> Option<Proto> {
-    Some(match kw {
-        Kw::Link => Proto::Link,
-        Kw::Ip => Proto::Ip,
-        Kw::Ip6 => Proto::Ip6,
-        Kw::Arp => Proto::Arp,
-        Kw::Rarp => Proto::Rarp,
-        Kw::Tcp => Proto::Tcp,
-        Kw::Udp => Proto::Udp,
-        Kw::Sctp => Proto::Sctp,
-        Kw::Icmp => Proto::Icmp,
-        Kw::Icmp6 => Proto::Icmp6,
-        Kw::Igmp => Proto::Igmp,
-        Kw::Igrp => Proto::Igrp,
-        Kw::Pim => Proto::Pim,
-        Kw::Vrrp => Proto::Vrrp,
-        Kw::Carp => Proto::Carp,
-        Kw::Ah => Proto::Ah,
-        Kw::Esp => Proto::Esp,
-        _ => return None,
-    })
+    match kw {
+        Kw::Pname(p) => Some(p),
+        _ => None,
+    }
 }
 
 impl Parser<'_> {
