@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
-use pcaptool_packet::{Compression, Compressor, FileFormat, ReadOptions, TraceReader, TsPrecision};
+use pcaptool_packet::{Compression, Compressor, FileFormat, ReadOptions, Records, Seeker, TraceReader, TsPrecision};
 use pcaptool_tests::{corpus_dir, corpus_files, tool};
 
 #[derive(Debug, Default, Clone)]
@@ -260,4 +260,33 @@ fn mapped_streamed_and_compressed_paths_agree_on_the_corpus() {
         checked += 1;
     }
     println!("mmap, read(2), stream, gzip, zstd and lz4 paths agree on {checked} corpus files");
+}
+
+/// The seeker (how an index reads the packets it selects) reads every record of every corpus file exactly as the
+/// sequential reader does, from its offset alone.
+#[test]
+fn seeker_reads_every_record_as_the_sequential_reader_does() {
+    let Some(corpus) = corpus_dir() else { return };
+    let (mut files, mut records) = (0u64, 0u64);
+    for file in corpus_files(&corpus) {
+        let path = corpus.join(&file);
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        if Compression::detect(&bytes).is_some() {
+            continue;
+        }
+        let mut recs = Records::new(&bytes).track_structure();
+        let all: Vec<_> = recs.by_ref().map_while(Result::ok).collect();
+        if all.is_empty() {
+            continue;
+        }
+        let seeker = Seeker::new(&bytes, recs.structure()).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(seeker.interfaces(), recs.interfaces(), "{file}: interfaces");
+        for r in &all {
+            let s = seeker.record_at(&bytes, r.offset).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(&s, r, "{file}: record at {}", r.offset);
+        }
+        files += 1;
+        records += all.len() as u64;
+    }
+    println!("seeker: {records} records of {files} corpus files read from their offsets alone, all identical");
 }

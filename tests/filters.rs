@@ -648,7 +648,7 @@ mod random {
 }
 
 /// The planner's condition is necessary: every packet a table filter matches satisfies it (on the Ethernet
-/// traces of the corpus and testdata/, fields read as `plan::fields` defines them).
+/// traces of the corpus and testdata/, fields read as `PacketFields` defines them: a missing field fails, an unknown one may match).
 #[test]
 fn planner_conditions_hold_for_every_match() {
     use pcaptool_query::plan;
@@ -666,7 +666,7 @@ fn planner_conditions_hold_for_every_match() {
     for file in &files {
         let Some((packets, _)) = read(file) else { continue };
         for p in packets.iter().filter(|p| p.linktype == 1) {
-            let fields = plan::fields(LinkType(1), &p.data, p.wirelen, 0);
+            let fields = plan::PacketFields::new(LinkType(1), &p.data, p.wirelen, 0);
             for (f, need, m) in &compiled {
                 let may = need.may_match(&|field| fields.get(field));
                 if m.matches(&p.data, p.wirelen, 0) {

@@ -101,6 +101,13 @@ pub enum ErrorKind {
         /// Bytes available in the block body.
         room: u32,
     },
+    /// A [`Seeker`](crate::Seeker) was given an offset that holds no file header, section header or interface
+    /// description (the file is not the one the offsets were taken from).
+    #[error("no file structure (file header, section header or interface description) at this offset")]
+    NotStructure,
+    /// A [`Seeker`](crate::Seeker) found a block that is not a packet where a packet record was expected.
+    #[error("no packet record at this offset")]
+    NotRecord,
     /// The decompressor rejected the input.
     #[error("{codec} decompression failed: {source}")]
     Decompress {

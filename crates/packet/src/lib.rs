@@ -8,6 +8,7 @@
 //!   offset. Damage ends the iteration with a [`TraceError`] naming the file, the offset and the problem, after
 //!   every complete record before it.
 //! - [`decode`] is a lax decoder from link layer to transport and tunnels; see [`Decoded`].
+//! - [`PacketFields`] reads the header fields a packet index stores, as libpcap's filters read them ([`Field`]).
 //! - [`FlowKey`] is the canonical bidirectional 5-tuple plus VLAN.
 //! - [`PcapWriter`], [`PcapNgWriter`] and [`TraceWriter`] write captures; [`Compressor`] compresses them.
 //!
@@ -32,6 +33,7 @@
 
 mod decode;
 mod error;
+mod fields;
 mod flow;
 #[doc(hidden)]
 pub mod fuzz_harness;
@@ -46,9 +48,10 @@ pub use decode::{
     decode_from,
 };
 pub use error::{ErrorKind, TraceError, WriteError};
+pub use fields::{Field, FieldValue, PacketFields};
 pub use flow::{Direction, FlowKey};
 pub use read::{
-    Compression, FileFormat, Interface, MAX_SNAPLEN, ReadOptions, Record, Records, TraceReader, TsResolution,
+    Compression, FileFormat, Interface, MAX_SNAPLEN, ReadOptions, Record, Records, Seeker, TraceReader, TsResolution,
     max_caplen,
 };
 pub use time::{Rfc3339, TimeParseError, parse_time};

@@ -9,76 +9,14 @@
 //! This crate knows no storage engine: an index is anything that implements [`IndexSource`].
 
 use std::fmt;
-use std::net::Ipv6Addr;
+
+pub use pcaptool_packet::{Field, FieldValue, PacketFields};
 
 use crate::Filter;
-use crate::ast::{AddrKind, Dir, Expr, Id, Prim, Proto, Qual};
+use crate::ast::{AddrKind, Arith, ArithOp, Dir, Expr, Id, Prim, Proto, Qual, RelOp};
 
-/// A packet field an index can hold, defined as libpcap reads it on Ethernet (other link types: the same
-/// fields at their link type's offsets).
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
-pub enum Field {
-    /// The 16-bit type/length field after the MAC addresses (what `ip`, `ip6`, `arp`, `ether proto` test).
-    LinkProto,
-    /// Ethernet source address (48 bits).
-    EthSrc,
-    /// Ethernet destination address.
-    EthDst,
-    /// IPv4 source (header bytes 12-15) of packets whose `LinkProto` is IPv4.
-    Ip4Src,
-    /// IPv4 destination (bytes 16-19).
-    Ip4Dst,
-    /// IPv6 source (bytes 8-23) of packets whose `LinkProto` is IPv6.
-    Ip6Src,
-    /// IPv6 destination (bytes 24-39).
-    Ip6Dst,
-    /// IPv4 protocol (byte 9) or IPv6 next header of the fixed header (byte 6).
-    IpProto,
-    /// Source port: the first 16 bits after the IPv4 header of a TCP, UDP or SCTP first fragment, or after the
-    /// 40-byte IPv6 header when its next header is TCP, UDP or SCTP.
-    SrcPort,
-    /// Destination port: the next 16 bits.
-    DstPort,
-    /// Length on the wire.
-    WireLen,
-    /// Timestamp, nanoseconds since the epoch.
-    Time,
-}
-
-impl Field {
-    fn name(self) -> &'static str {
-        match self {
-            Field::LinkProto => "link.proto",
-            Field::EthSrc => "eth.src",
-            Field::EthDst => "eth.dst",
-            Field::Ip4Src => "ip.src",
-            Field::Ip4Dst => "ip.dst",
-            Field::Ip6Src => "ip6.src",
-            Field::Ip6Dst => "ip6.dst",
-            Field::IpProto => "ip.proto",
-            Field::SrcPort => "port.src",
-            Field::DstPort => "port.dst",
-            Field::WireLen => "len",
-            Field::Time => "time",
-        }
-    }
-
-    fn format(self, v: u128) -> String {
-        match self {
-            Field::Ip4Src | Field::Ip4Dst => std::net::Ipv4Addr::from(v as u32).to_string(),
-            Field::Ip6Src | Field::Ip6Dst => Ipv6Addr::from(v).to_string(),
-            Field::EthSrc | Field::EthDst => {
-                let b = (v as u64).to_be_bytes();
-                format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[2], b[3], b[4], b[5], b[6], b[7])
-            }
-            Field::LinkProto => format!("{v:#06x}"),
-            Field::Time => pcaptool_packet::Rfc3339(v as u64).to_string(),
-            _ => v.to_string(),
-        }
-    }
-}
-
-/// `lo <= field <= hi`: an exact value, an address prefix, a port or length range, a time window.
+/// `lo <= field & mask <= hi`: an exact value, an address prefix, a port or length range, a time window, a test
+/// of flag bits.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub struct Pred {
     /// The field.
@@ -87,12 +25,23 @@ pub struct Pred {
     pub lo: u128,
     /// Largest value.
     pub hi: u128,
+    /// Bits of the field compared (`u128::MAX`: the whole value).
+    pub mask: u128,
+}
+
+impl Pred {
+    /// Whether a present value satisfies the predicate.
+    pub fn holds(&self, v: u128) -> bool {
+        (self.lo..=self.hi).contains(&(v & self.mask))
+    }
 }
 
 impl fmt::Display for Pred {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = self.field.name();
-        if self.lo == self.hi {
+        if self.mask != u128::MAX {
+            write!(f, "{name} & {:#x} in [{:#x}, {:#x}]", self.mask, self.lo, self.hi)
+        } else if self.lo == self.hi {
             write!(f, "{name} = {}", self.field.format(self.lo))
         } else {
             write!(f, "{name} in [{}, {}]", self.field.format(self.lo), self.field.format(self.hi))
@@ -135,7 +84,7 @@ impl fmt::Display for Need {
 }
 
 fn pred(field: Field, lo: u128, hi: u128) -> Need {
-    Need::Pred(Pred { field, lo, hi })
+    Need::Pred(Pred { field, lo, hi, mask: u128::MAX })
 }
 
 fn eq(field: Field, v: u128) -> Need {
@@ -193,11 +142,16 @@ impl Need {
         }
     }
 
-    /// Whether a packet with these field values may satisfy the condition (an unknown field may).
-    pub fn may_match(&self, value: &dyn Fn(Field) -> Option<u128>) -> bool {
+    /// Whether a packet with these field values may satisfy the condition (a missing field fails every
+    /// predicate, an unknown one may satisfy any).
+    pub fn may_match(&self, value: &dyn Fn(Field) -> FieldValue) -> bool {
         match self {
             Need::All => true,
-            Need::Pred(p) => value(p.field).is_none_or(|v| (p.lo..=p.hi).contains(&v)),
+            Need::Pred(p) => match value(p.field) {
+                FieldValue::Value(v) => p.holds(v),
+                FieldValue::Missing => false,
+                FieldValue::Unknown => true,
+            },
             Need::And(v) => v.iter().all(|n| n.may_match(value)),
             Need::Or(v) => v.iter().any(|n| n.may_match(value)),
         }
@@ -280,6 +234,9 @@ impl Walk {
             Prim::After(t) => pred(Field::Time, (*t).into(), u64::MAX.into()),
             Prim::Before(0) => Need::All,
             Prim::Before(t) => pred(Field::Time, 0, (*t - 1).into()),
+            Prim::Vlan(None) => Need::or(VLAN_TPIDS.iter().map(|&t| eq(Field::LinkProto, t)).collect()),
+            Prim::Vlan(Some(id)) if *id <= 0x0fff => eq(Field::VlanId, (*id).into()),
+            Prim::Rel { op, lhs, rhs } => tcp_flags(*op, lhs, rhs),
             _ => Need::All,
         }
     }
@@ -332,6 +289,66 @@ impl Walk {
             _ => Need::All,
         }
     }
+}
+
+/// Ethertypes of VLAN tags (what libpcap's `vlan` tests).
+const VLAN_TPIDS: [u128; 3] = [0x8100, 0x88a8, 0x9100];
+
+/// `tcp[13] [& m] op v` (also written `tcp[tcpflags]`): libpcap reads it on IPv4 TCP first fragments only.
+fn tcp_flags(op: RelOp, lhs: &Arith, rhs: &Arith) -> Need {
+    let flags_byte =
+        |a: &Arith| matches!(a, Arith::Load { proto: Proto::Tcp, index, size: 1 } if **index == Arith::Num(13));
+    let Some(v) = constant(rhs) else { return Need::All };
+    let mask = match lhs {
+        l if flags_byte(l) => 0xff,
+        Arith::Bin(ArithOp::And, a, b) => match (constant(a), constant(b)) {
+            (None, Some(m)) if flags_byte(a) => m & 0xff,
+            (Some(m), None) if flags_byte(b) => m & 0xff,
+            _ => return Need::All,
+        },
+        _ => return Need::All,
+    };
+    let mask = u128::from(mask);
+    let v = u128::from(v);
+    // The range of `flags & mask` the relation accepts (empty ranges keep the protocol part only).
+    let (lo, hi) = match op {
+        RelOp::Eq => (v, v),
+        RelOp::Ne if v == 0 => (1, mask),
+        RelOp::Gt => (v + 1, mask),
+        RelOp::Ge => (v, mask),
+        RelOp::Lt if v > 0 => (0, v - 1),
+        RelOp::Le => (0, v),
+        _ => (0, mask),
+    };
+    let tcp4 = Need::and(vec![eq(Field::LinkProto, 0x0800), eq(Field::IpProto, 6)]);
+    if lo > hi || lo > mask {
+        return tcp4;
+    }
+    Need::and(vec![tcp4, Need::Pred(Pred { field: Field::TcpFlags, lo, hi, mask })])
+}
+
+/// The value of a constant expression, with BPF's 32-bit arithmetic (`None`: not constant, or a division by 0).
+fn constant(a: &Arith) -> Option<u32> {
+    Some(match a {
+        Arith::Num(v) => *v,
+        Arith::Neg(a) => constant(a)?.wrapping_neg(),
+        Arith::Bin(op, a, b) => {
+            let (a, b) = (constant(a)?, constant(b)?);
+            match op {
+                ArithOp::Add => a.wrapping_add(b),
+                ArithOp::Sub => a.wrapping_sub(b),
+                ArithOp::Mul => a.wrapping_mul(b),
+                ArithOp::Div => a.checked_div(b)?,
+                ArithOp::Mod => a.checked_rem(b)?,
+                ArithOp::And => a & b,
+                ArithOp::Or => a | b,
+                ArithOp::Xor => a ^ b,
+                ArithOp::Shl => a.checked_shl(b).unwrap_or(0),
+                ArithOp::Shr => a.checked_shr(b).unwrap_or(0),
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// The address and mask a qualified IPv4 identifier means (libpcap's `gen_ncode`/`gen_mcode` rules).
@@ -457,8 +474,14 @@ mod tests {
             "((ip.src in [10.0.0.0, 10.255.255.255] or ip.dst in [10.0.0.0, 10.255.255.255] or link.proto = 0x0806 or link.proto = 0x8035) and (ip.proto = 6 or ip.proto = 44))"
         );
         assert_eq!(n("not tcp"), "any packet");
-        assert_eq!(n("vlan and host 1.2.3.4"), "any packet");
+        assert_eq!(n("vlan and host 1.2.3.4"), "(link.proto = 0x8100 or link.proto = 0x88a8 or link.proto = 0x9100)");
         assert_eq!(n("udp dst portrange 5000-6000"), "((ip.proto = 17 or ip.proto = 44) and port.dst in [5000, 6000])");
+        assert_eq!(n("vlan 7"), "vlan = 7");
+        assert_eq!(
+            n("tcp[tcpflags] & (tcp-syn|tcp-ack) = tcp-syn"),
+            "(link.proto = 0x0800 and ip.proto = 6 and tcp.flags & 0x12 in [0x2, 0x2])"
+        );
+        assert_eq!(n("tcp[13] & 2 != 0"), "(link.proto = 0x0800 and ip.proto = 6 and tcp.flags & 0x2 in [0x1, 0x2])");
     }
 
     #[test]
@@ -471,65 +494,5 @@ mod tests {
         let f = Filter::new("udp").unwrap();
         assert!(!plan(&f, Some(&Mock)).use_index);
         assert!(!plan(&f, None).use_index);
-    }
-}
-
-/// The index fields of a packet, read positionally as [`Field`] defines them (Ethernet link type; `None` for a
-/// field the packet does not have, or for other link types, where every predicate may match). The definition an
-/// index must follow so that [`Need`] stays a necessary condition; tests check it against the compiled filters.
-pub fn fields(linktype: pcaptool_packet::LinkType, data: &[u8], wirelen: u32, ts_ns: u64) -> PacketFields<'_> {
-    PacketFields { ether: linktype.base().0 == 1, data, wirelen, ts_ns }
-}
-
-/// A packet seen as index fields (see [`fields`]).
-#[derive(Clone, Copy, Debug)]
-pub struct PacketFields<'a> {
-    ether: bool,
-    data: &'a [u8],
-    wirelen: u32,
-    ts_ns: u64,
-}
-
-impl PacketFields<'_> {
-    fn be(&self, at: usize, n: usize) -> Option<u128> {
-        let b = self.data.get(at..at.checked_add(n)?)?;
-        Some(b.iter().fold(0u128, |a, &x| (a << 8) | u128::from(x)))
-    }
-
-    /// The value of `field`, or `None` when the packet has none (or is not Ethernet).
-    pub fn get(&self, field: Field) -> Option<u128> {
-        match field {
-            Field::WireLen => return Some(self.wirelen.into()),
-            Field::Time => return Some(self.ts_ns.into()),
-            _ => {}
-        }
-        if !self.ether {
-            return None;
-        }
-        let proto = self.be(12, 2)?;
-        match field {
-            Field::LinkProto => Some(proto),
-            Field::EthDst => self.be(0, 6),
-            Field::EthSrc => self.be(6, 6),
-            Field::Ip4Src if proto == 0x0800 => self.be(26, 4),
-            Field::Ip4Dst if proto == 0x0800 => self.be(30, 4),
-            Field::Ip6Src if proto == 0x86dd => self.be(22, 16),
-            Field::Ip6Dst if proto == 0x86dd => self.be(38, 16),
-            Field::IpProto if proto == 0x0800 => self.be(23, 1),
-            Field::IpProto if proto == 0x86dd => self.be(20, 1),
-            Field::SrcPort | Field::DstPort => {
-                let at = match proto {
-                    0x0800 => {
-                        let ihl = self.be(14, 1)? as usize & 0xf;
-                        let frag = self.be(20, 2)? & 0x1fff;
-                        (matches!(self.be(23, 1)?, 6 | 17 | 132) && frag == 0).then_some(14 + 4 * ihl)?
-                    }
-                    0x86dd => matches!(self.be(20, 1)?, 6 | 17 | 132).then_some(54)?,
-                    _ => return None,
-                };
-                self.be(if field == Field::SrcPort { at } else { at + 2 }, 2)
-            }
-            _ => None,
-        }
     }
 }

@@ -106,16 +106,23 @@ fn slice_next(
     pf: &mut Prefetcher,
     data: &[u8],
     pos: &mut usize,
+    mut structure: Option<&mut Vec<u64>>,
 ) -> Option<Result<RecordMeta, (usize, ErrorKind)>> {
     loop {
         let at = *pos;
         pf.advance(data, at);
+        let structural = structure.is_some() && parser.is_structure(&data[at..]);
         match parser.step(&data[at..]) {
             Ok(Step::Record(m)) => {
                 *pos = at + m.consumed;
                 return Some(Ok(m));
             }
-            Ok(Step::Skip(n)) => *pos = at + n,
+            Ok(Step::Skip(n)) => {
+                if structural && let Some(s) = structure.as_deref_mut() {
+                    s.push(at as u64);
+                }
+                *pos = at + n;
+            }
             Ok(Step::End) => return None,
             Ok(Step::Need { needed, what }) => {
                 let available = (data.len() - at) as u64;
@@ -146,12 +153,33 @@ pub struct Records<'a> {
     pf: Prefetcher,
     path: Option<PathBuf>,
     done: bool,
+    structure: Option<Vec<u64>>,
 }
 
 impl<'a> Records<'a> {
     /// Iterates the records of a whole capture file held in `data`.
     pub fn new(data: &'a [u8]) -> Records<'a> {
-        Records { data, pos: 0, parser: Parser::new(), pf: Prefetcher::default(), path: None, done: false }
+        Records {
+            data,
+            pos: 0,
+            parser: Parser::new(),
+            pf: Prefetcher::default(),
+            path: None,
+            done: false,
+            structure: None,
+        }
+    }
+
+    /// Also collects the offsets of the structures that are not packets but that reading a packet depends on
+    /// (the pcap file header; pcapng section headers and interface descriptions), for [`Seeker::new`].
+    pub fn track_structure(mut self) -> Records<'a> {
+        self.structure = Some(Vec::new());
+        self
+    }
+
+    /// The structure offsets collected so far (see [`track_structure`](Self::track_structure)).
+    pub fn structure(&self) -> &[u64] {
+        self.structure.as_deref().unwrap_or(&[])
     }
 
     /// Names the file in errors.
@@ -185,7 +213,7 @@ impl<'a> Iterator for Records<'a> {
             return None;
         }
         let at = self.pos;
-        match slice_next(&mut self.parser, &mut self.pf, self.data, &mut self.pos) {
+        match slice_next(&mut self.parser, &mut self.pf, self.data, &mut self.pos, self.structure.as_mut()) {
             Some(Ok(m)) => {
                 let off = self.pos - m.consumed;
                 debug_assert!(off >= at);
@@ -199,6 +227,88 @@ impl<'a> Iterator for Records<'a> {
                 self.done = true;
                 None
             }
+        }
+    }
+}
+
+/// Reads single records at known offsets of a capture held in memory, with the format state (byte order,
+/// precision, interfaces of the section) that a sequential reader has there: how an index reads the packets it
+/// selects without walking the file.
+///
+/// ```
+/// use pcaptool_packet::{LinkType, PcapWriter, Records, Seeker, TsPrecision};
+/// let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano)?;
+/// w.write_packet(5, 60, &[1u8; 60])?;
+/// w.write_packet(9, 60, &[2u8; 60])?;
+/// let file = w.finish()?;
+/// let mut records = Records::new(&file).track_structure();
+/// let offsets: Vec<u64> = records.by_ref().map(|r| r.map(|r| r.offset)).collect::<Result<_, _>>()?;
+/// let seeker = Seeker::new(&file, records.structure())?;
+/// assert_eq!(seeker.record_at(&file, offsets[1])?.ts_ns, 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Seeker {
+    /// The parser state in effect from each offset on (one entry per section; one for pcap).
+    states: Vec<(u64, Parser)>,
+    path: Option<PathBuf>,
+}
+
+impl Seeker {
+    /// Replays the structures at `structure` (offsets in file order, as [`Records::structure`] collected them)
+    /// of the capture `data`.
+    pub fn new(data: &[u8], structure: &[u64]) -> Result<Seeker, TraceError> {
+        let mut parser = Parser::new();
+        let mut states: Vec<(u64, Parser)> = Vec::new();
+        for &off in structure {
+            let err = |kind| TraceError::new(None, off, kind);
+            let buf = usize::try_from(off).ok().and_then(|o| data.get(o..)).ok_or_else(|| {
+                err(ErrorKind::Truncated { what: "a file structure", needed: off, available: data.len() as u64 })
+            })?;
+            let new_section = parser.is_section_start(buf);
+            match parser.step(buf).map_err(err)? {
+                Step::Skip(_) => {}
+                _ => return Err(err(ErrorKind::NotStructure)),
+            }
+            match states.last_mut() {
+                Some(last) if !new_section => last.1 = parser.clone(),
+                _ => states.push((off, parser.clone())),
+            }
+        }
+        if states.is_empty() {
+            return Err(TraceError::new(None, 0, ErrorKind::NotStructure));
+        }
+        Ok(Seeker { states, path: None })
+    }
+
+    /// Names the file in errors.
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Seeker {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The capture's format.
+    pub fn format(&self) -> Option<FileFormat> {
+        self.states.first().and_then(|s| s.1.format())
+    }
+
+    /// Every interface of the capture (those of the last section replayed include all earlier ones).
+    pub fn interfaces(&self) -> &[Interface] {
+        self.states.last().map_or(&[], |s| s.1.interfaces())
+    }
+
+    /// The packet record at `offset` of `data` (the same bytes given to [`new`](Self::new)).
+    pub fn record_at<'a>(&self, data: &'a [u8], offset: u64) -> Result<Record<'a>, TraceError> {
+        let err = |kind| TraceError::new(self.path.clone(), offset, kind);
+        let i = self.states.partition_point(|s| s.0 <= offset).saturating_sub(1);
+        let parser = &self.states[i].1;
+        let buf = usize::try_from(offset).ok().and_then(|o| data.get(o..)).unwrap_or(&[]);
+        match parser.peek_record(buf).map_err(err)? {
+            Step::Record(m) => Ok(make_record(&m, offset, buf)),
+            Step::Need { needed, what } => {
+                Err(err(ErrorKind::Truncated { what, needed: needed as u64, available: buf.len() as u64 }))
+            }
+            Step::Skip(_) | Step::End => Err(err(ErrorKind::NotRecord)),
         }
     }
 }
@@ -467,7 +577,7 @@ impl TraceReader {
             return None;
         }
         let res = match &mut self.source {
-            Source::Bytes { data, pos, pf } => match slice_next(&mut self.parser, pf, data.get(), pos) {
+            Source::Bytes { data, pos, pf } => match slice_next(&mut self.parser, pf, data.get(), pos, None) {
                 Some(Ok(m)) => {
                     let begin = *pos - m.consumed;
                     Some(Ok((m, begin as u64, begin)))

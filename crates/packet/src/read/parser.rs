@@ -253,17 +253,32 @@ impl Parser {
         Ok(Step::Skip(24))
     }
 
-    fn pcapng_block(&mut self, buf: &[u8]) -> Result<Step, ErrorKind> {
-        let State::PcapNg { mut big_endian, mut section, mut first_iface } = self.state else {
-            unreachable!("pcapng_block called in another state")
-        };
+    /// Whether the structure at the start of `buf` is one that reading later packets depends on: the pcap file
+    /// header, a pcapng section header or interface description.
+    pub(crate) fn is_structure(&self, buf: &[u8]) -> bool {
+        match self.state {
+            State::Start => true,
+            State::Pcap(_) => false,
+            State::PcapNg { big_endian, .. } => buf.len() >= 4 && matches!(rd32(buf, 0, big_endian), PCAPNG_SHB | 1),
+        }
+    }
+
+    /// Whether `buf` starts a new section (a pcap file header or a pcapng section header).
+    pub(crate) fn is_section_start(&self, buf: &[u8]) -> bool {
+        matches!(self.state, State::Start) || (buf.len() >= 4 && rd32(buf, 0, false) == PCAPNG_SHB)
+    }
+
+    /// Checks the frame of the pcapng block at the start of `buf` (lengths, byte order of a section header):
+    /// its type, byte order and length, or the step to answer when it is incomplete.
+    fn block_frame(&self, buf: &[u8], big_endian: bool) -> Result<Result<(u32, bool, usize), Step>, ErrorKind> {
         if buf.is_empty() {
-            return Ok(Step::End);
+            return Ok(Err(Step::End));
         }
         if buf.len() < 12 {
-            return Ok(Step::Need { needed: 12, what: "a pcapng block header" });
+            return Ok(Err(Step::Need { needed: 12, what: "a pcapng block header" }));
         }
-        let mut block_type = rd32(buf, 0, big_endian);
+        let mut big_endian = big_endian;
+        let block_type = rd32(buf, 0, big_endian);
         if block_type == PCAPNG_SHB {
             // The byte order of a section is given by its own byte-order magic.
             let bom_le = rd32(buf, 8, false);
@@ -272,7 +287,6 @@ impl Parser {
                 0x4d3c_2b1a => true,
                 found => return Err(ErrorKind::ByteOrderMagic { found }),
             };
-            block_type = PCAPNG_SHB;
         } else if self.format.is_none() {
             return Err(ErrorKind::NoSection);
         }
@@ -288,14 +302,39 @@ impl Parser {
         }
         let len = length as usize;
         if buf.len() < len {
-            return Ok(Step::Need { needed: len, what: "a pcapng block" });
+            return Ok(Err(Step::Need { needed: len, what: "a pcapng block" }));
         }
         let trailing = rd32(buf, len - 4, big_endian);
         if trailing != length {
             return Err(ErrorKind::TrailingLength { block_type, leading: length, trailing });
         }
+        Ok(Ok((block_type, big_endian, len)))
+    }
+
+    /// Parses the record at the start of `buf` without changing the parser (for reading records at known
+    /// offsets): a structure block (section header, interface description) or any other block is a `Skip`.
+    pub(crate) fn peek_record(&self, buf: &[u8]) -> Result<Step, ErrorKind> {
+        match self.state {
+            State::Pcap(p) => pcap_record(&p, buf),
+            State::PcapNg { big_endian, .. } => match self.block_frame(buf, big_endian)? {
+                Err(step) => Ok(step),
+                Ok((PCAPNG_SHB | 1, _, len)) => Ok(Step::Skip(len)),
+                Ok((block_type, be, len)) => self.packet_block(block_type, &buf[..len], be),
+            },
+            State::Start => Err(ErrorKind::NoSection),
+        }
+    }
+
+    fn pcapng_block(&mut self, buf: &[u8]) -> Result<Step, ErrorKind> {
+        let State::PcapNg { big_endian, mut section, .. } = self.state else {
+            unreachable!("pcapng_block called in another state")
+        };
+        let (block_type, be, len) = match self.block_frame(buf, big_endian)? {
+            Ok(frame) => frame,
+            Err(step) => return Ok(step),
+        };
+        let length = len as u32;
         let body = &buf[8..len - 4];
-        let be = big_endian;
         match block_type {
             PCAPNG_SHB => {
                 if body.len() < 16 {
@@ -316,7 +355,7 @@ impl Parser {
                 } else {
                     section += 1;
                 }
-                first_iface = self.interfaces.len() as u32;
+                let first_iface = self.interfaces.len() as u32;
                 self.state = State::PcapNg { big_endian: be, section, first_iface };
                 Ok(Step::Skip(len))
             }
@@ -353,6 +392,19 @@ impl Parser {
                 self.interfaces.push(iface);
                 Ok(Step::Skip(len))
             }
+            _ => self.packet_block(block_type, &buf[..len], be),
+        }
+    }
+
+    /// A packet block (enhanced, simple, obsolete) of the current section; other blocks are skipped.
+    fn packet_block(&self, block_type: u32, block: &[u8], be: bool) -> Result<Step, ErrorKind> {
+        let State::PcapNg { first_iface, .. } = self.state else {
+            unreachable!("packet_block called in another state")
+        };
+        let len = block.len();
+        let length = len as u32;
+        let body = &block[8..len - 4];
+        match block_type {
             6 | 2 => {
                 // Enhanced packet block, or the obsolete packet block.
                 if body.len() < 20 {

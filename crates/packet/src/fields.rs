@@ -1,0 +1,275 @@
+//! Index fields: header values read at fixed positions, the way libpcap's filters read them.
+//!
+//! A packet index stores these values and a query planner derives conditions on them from filters; both must
+//! agree on what a field means, so the definition lives here, next to the reader, and nowhere else. Fields are
+//! defined positionally on an Ethernet frame (no VLAN tag is skipped, no IPv6 extension header is followed),
+//! because that is what a filter without `vlan`/`mpls`/`pppoes` reads. A value is therefore one of three things
+//! ([`FieldValue`]): present, missing (the packet is not of a kind that has the field, e.g. the IPv4 source of an
+//! ARP frame: no filter test of that field can match it), or unknown (another link type, or a packet cut short
+//! before the field: anything may match).
+//!
+//! ```
+//! use pcaptool_packet::{Field, FieldValue, LinkType, PacketFields};
+//!
+//! let mut frame = vec![0u8; 54];
+//! frame[12..14].copy_from_slice(&[0x08, 0x00]); // IPv4
+//! frame[14] = 0x45;
+//! frame[23] = 6; // TCP
+//! frame[26..30].copy_from_slice(&[10, 0, 0, 1]);
+//! frame[34..36].copy_from_slice(&443u16.to_be_bytes());
+//! let f = PacketFields::new(LinkType::ETHERNET, &frame, 54, 0);
+//! assert_eq!(f.get(Field::Ip4Src), FieldValue::Value(0x0a00_0001));
+//! assert_eq!(f.get(Field::SrcPort), FieldValue::Value(443));
+//! assert_eq!(f.get(Field::Ip6Src), FieldValue::Missing);
+//! ```
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::LinkType;
+
+/// A packet field an index can hold and a filter can test.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub enum Field {
+    /// The 16-bit type/length field after the MAC addresses (what `ip`, `ip6`, `arp`, `ether proto` test; it
+    /// also gives the IP version).
+    LinkProto,
+    /// Ethernet source address (48 bits).
+    EthSrc,
+    /// Ethernet destination address.
+    EthDst,
+    /// VLAN id (low 12 bits of the tag control field) of frames whose `LinkProto` is 0x8100, 0x88a8 or 0x9100
+    /// (the outer tag: what `vlan N` tests first).
+    VlanId,
+    /// IPv4 source (header bytes 12-15) of packets whose `LinkProto` is IPv4.
+    Ip4Src,
+    /// IPv4 destination (bytes 16-19).
+    Ip4Dst,
+    /// IPv6 source (bytes 8-23) of packets whose `LinkProto` is IPv6.
+    Ip6Src,
+    /// IPv6 destination (bytes 24-39).
+    Ip6Dst,
+    /// IPv4 protocol (byte 9) or IPv6 next header of the fixed header (byte 6).
+    IpProto,
+    /// Source port: the first 16 bits after the IPv4 header of a TCP, UDP or SCTP first fragment, or after the
+    /// 40-byte IPv6 header when its next header is TCP, UDP or SCTP.
+    SrcPort,
+    /// Destination port: the next 16 bits.
+    DstPort,
+    /// TCP flags: byte 13 of the TCP header, where [`SrcPort`](Field::SrcPort) finds TCP.
+    TcpFlags,
+    /// Length on the wire.
+    WireLen,
+    /// Timestamp, nanoseconds since the epoch.
+    Time,
+}
+
+impl Field {
+    /// Every field, in order.
+    pub const ALL: [Field; 14] = [
+        Field::LinkProto,
+        Field::EthSrc,
+        Field::EthDst,
+        Field::VlanId,
+        Field::Ip4Src,
+        Field::Ip4Dst,
+        Field::Ip6Src,
+        Field::Ip6Dst,
+        Field::IpProto,
+        Field::SrcPort,
+        Field::DstPort,
+        Field::TcpFlags,
+        Field::WireLen,
+        Field::Time,
+    ];
+
+    /// The field's short name (`ip.src`, `port.dst`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::LinkProto => "link.proto",
+            Field::EthSrc => "eth.src",
+            Field::EthDst => "eth.dst",
+            Field::VlanId => "vlan",
+            Field::Ip4Src => "ip.src",
+            Field::Ip4Dst => "ip.dst",
+            Field::Ip6Src => "ip6.src",
+            Field::Ip6Dst => "ip6.dst",
+            Field::IpProto => "ip.proto",
+            Field::SrcPort => "port.src",
+            Field::DstPort => "port.dst",
+            Field::TcpFlags => "tcp.flags",
+            Field::WireLen => "len",
+            Field::Time => "time",
+        }
+    }
+
+    /// Bits of the field's values.
+    pub fn bits(self) -> u32 {
+        match self {
+            Field::LinkProto | Field::SrcPort | Field::DstPort => 16,
+            Field::EthSrc | Field::EthDst => 48,
+            Field::VlanId => 12,
+            Field::Ip4Src | Field::Ip4Dst | Field::WireLen => 32,
+            Field::Ip6Src | Field::Ip6Dst => 128,
+            Field::IpProto | Field::TcpFlags => 8,
+            Field::Time => 64,
+        }
+    }
+
+    /// A value of the field, written the usual way (dotted quad, colon hex, ...).
+    pub fn format(self, v: u128) -> impl fmt::Display {
+        FieldDisplay(self, v)
+    }
+}
+
+struct FieldDisplay(Field, u128);
+
+impl fmt::Display for FieldDisplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.1;
+        match self.0 {
+            Field::Ip4Src | Field::Ip4Dst => write!(f, "{}", Ipv4Addr::from(v as u32)),
+            Field::Ip6Src | Field::Ip6Dst => write!(f, "{}", Ipv6Addr::from(v)),
+            Field::EthSrc | Field::EthDst => {
+                let b = (v as u64).to_be_bytes();
+                write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[2], b[3], b[4], b[5], b[6], b[7])
+            }
+            Field::LinkProto | Field::TcpFlags => write!(f, "{v:#06x}"),
+            Field::Time => write!(f, "{}", crate::Rfc3339(v as u64)),
+            _ => write!(f, "{v}"),
+        }
+    }
+}
+
+/// What a packet holds in a field.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub enum FieldValue {
+    /// The packet has this value.
+    Value(u128),
+    /// The packet is not of a kind that has the field (no filter test of the field matches it).
+    Missing,
+    /// Not known: another link type, or the packet was cut before the field (any test may match).
+    Unknown,
+}
+
+impl FieldValue {
+    /// The value, if present.
+    pub fn value(self) -> Option<u128> {
+        match self {
+            FieldValue::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A packet seen as index fields.
+#[derive(Clone, Copy, Debug)]
+pub struct PacketFields<'a> {
+    ether: bool,
+    data: &'a [u8],
+    wirelen: u32,
+    ts_ns: u64,
+}
+
+/// Ethertypes of VLAN tags (what libpcap's `vlan` accepts).
+const VLAN_TPIDS: [u128; 3] = [0x8100, 0x88a8, 0x9100];
+
+impl<'a> PacketFields<'a> {
+    /// The fields of one packet of link type `linktype` (only Ethernet has header fields; every link type has
+    /// length and time).
+    pub fn new(linktype: LinkType, data: &'a [u8], wirelen: u32, ts_ns: u64) -> PacketFields<'a> {
+        PacketFields { ether: linktype.base() == LinkType::ETHERNET, data, wirelen, ts_ns }
+    }
+
+    fn be(&self, at: usize, n: usize) -> Option<u128> {
+        let b = self.data.get(at..at.checked_add(n)?)?;
+        Some(b.iter().fold(0u128, |a, &x| (a << 8) | u128::from(x)))
+    }
+
+    /// The transport header's offset, when the packet is a TCP/UDP/SCTP first fragment as ports define it
+    /// (`Ok(None)`: not such a packet; `Err`: cut short).
+    fn transport(&self, proto: u128) -> Result<Option<(usize, u128)>, ()> {
+        match proto {
+            0x0800 => {
+                let ihl = self.be(14, 1).ok_or(())? as usize & 0xf;
+                let frag = self.be(20, 2).ok_or(())? & 0x1fff;
+                let p = self.be(23, 1).ok_or(())?;
+                Ok((matches!(p, 6 | 17 | 132) && frag == 0).then_some((14 + 4 * ihl, p)))
+            }
+            0x86dd => {
+                let p = self.be(20, 1).ok_or(())?;
+                Ok(matches!(p, 6 | 17 | 132).then_some((54, p)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The value of `field` in this packet.
+    pub fn get(&self, field: Field) -> FieldValue {
+        use FieldValue::{Missing, Unknown, Value};
+        let known = |v: Option<u128>| v.map_or(Unknown, Value);
+        match field {
+            Field::WireLen => return Value(self.wirelen.into()),
+            Field::Time => return Value(self.ts_ns.into()),
+            _ => {}
+        }
+        if !self.ether {
+            return Unknown;
+        }
+        let Some(proto) = self.be(12, 2) else { return Unknown };
+        match field {
+            Field::LinkProto => Value(proto),
+            Field::EthDst => known(self.be(0, 6)),
+            Field::EthSrc => known(self.be(6, 6)),
+            Field::VlanId if VLAN_TPIDS.contains(&proto) => known(self.be(14, 2).map(|v| v & 0x0fff)),
+            Field::Ip4Src if proto == 0x0800 => known(self.be(26, 4)),
+            Field::Ip4Dst if proto == 0x0800 => known(self.be(30, 4)),
+            Field::Ip6Src if proto == 0x86dd => known(self.be(22, 16)),
+            Field::Ip6Dst if proto == 0x86dd => known(self.be(38, 16)),
+            Field::IpProto if proto == 0x0800 => known(self.be(23, 1)),
+            Field::IpProto if proto == 0x86dd => known(self.be(20, 1)),
+            Field::SrcPort | Field::DstPort | Field::TcpFlags => match self.transport(proto) {
+                Err(()) => Unknown,
+                Ok(None) => Missing,
+                Ok(Some((at, p))) => match field {
+                    Field::SrcPort => known(self.be(at, 2)),
+                    Field::DstPort => known(self.be(at + 2, 2)),
+                    _ if p == 6 => known(self.be(at + 13, 1)),
+                    _ => Missing,
+                },
+            },
+            _ => Missing,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tri_state() {
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[20] = 17;
+        f[54..56].copy_from_slice(&53u16.to_be_bytes());
+        let p = PacketFields::new(LinkType::ETHERNET, &f, 60, 7);
+        assert_eq!(p.get(Field::SrcPort), FieldValue::Value(53));
+        assert_eq!(p.get(Field::TcpFlags), FieldValue::Missing);
+        assert_eq!(p.get(Field::Ip4Dst), FieldValue::Missing);
+        assert_eq!(p.get(Field::Time), FieldValue::Value(7));
+        // Cut before the ports: unknown, not missing.
+        let p = PacketFields::new(LinkType::ETHERNET, &f[..50], 60, 7);
+        assert_eq!(p.get(Field::SrcPort), FieldValue::Unknown);
+        // Other link types know only length and time.
+        let p = PacketFields::new(LinkType(101), &f, 60, 7);
+        assert_eq!(p.get(Field::LinkProto), FieldValue::Unknown);
+        assert_eq!(p.get(Field::WireLen), FieldValue::Value(60));
+        // VLAN id of a tagged frame.
+        f[12..16].copy_from_slice(&[0x81, 0x00, 0x20, 0x64]);
+        let p = PacketFields::new(LinkType::ETHERNET, &f, 60, 7);
+        assert_eq!(p.get(Field::VlanId), FieldValue::Value(100));
+        assert_eq!(p.get(Field::IpProto), FieldValue::Missing);
+        assert_eq!(Field::Ip4Src.format(0x0a00_0001).to_string(), "10.0.0.1");
+    }
+}
