@@ -22,6 +22,8 @@
 //! assert_eq!(f.get(Field::SrcPort), FieldValue::Value(443));
 //! assert_eq!(f.get(Field::Ip6Src), FieldValue::Missing);
 //! ```
+//!
+//! [`Need`] is a condition over these fields (what a query planner derives from a filter and an index answers).
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -239,6 +241,146 @@ impl<'a> PacketFields<'a> {
                 },
             },
             _ => Missing,
+        }
+    }
+}
+
+/// `lo <= field & mask <= hi`: an exact value, an address prefix, a port or length range, a time window, a test
+/// of flag bits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct Pred {
+    /// The field.
+    pub field: Field,
+    /// Smallest value.
+    pub lo: u128,
+    /// Largest value.
+    pub hi: u128,
+    /// Bits of the field compared (`u128::MAX`: the whole value).
+    pub mask: u128,
+}
+
+impl Pred {
+    /// `lo <= field <= hi`.
+    pub fn range(field: Field, lo: u128, hi: u128) -> Pred {
+        Pred { field, lo, hi, mask: u128::MAX }
+    }
+
+    /// Whether a present value satisfies the predicate.
+    pub fn holds(&self, v: u128) -> bool {
+        (self.lo..=self.hi).contains(&(v & self.mask))
+    }
+}
+
+impl fmt::Display for Pred {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.field.name();
+        if self.mask != u128::MAX {
+            write!(f, "{name} & {:#x} in [{:#x}, {:#x}]", self.mask, self.lo, self.hi)
+        } else if self.lo == self.hi {
+            write!(f, "{name} = {}", self.field.format(self.lo))
+        } else {
+            write!(f, "{name} in [{}, {}]", self.field.format(self.lo), self.field.format(self.hi))
+        }
+    }
+}
+
+/// A condition every matching packet satisfies.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Need {
+    /// Nothing known: every packet is a candidate.
+    All,
+    /// One field predicate.
+    Pred(Pred),
+    /// All of these.
+    And(Vec<Need>),
+    /// Any of these.
+    Or(Vec<Need>),
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let join = |f: &mut fmt::Formatter<'_>, v: &[Need], op: &str| {
+            write!(f, "(")?;
+            for (i, n) in v.iter().enumerate() {
+                if i > 0 {
+                    write!(f, " {op} ")?;
+                }
+                write!(f, "{n}")?;
+            }
+            write!(f, ")")
+        };
+        match self {
+            Need::All => write!(f, "any packet"),
+            Need::Pred(p) => write!(f, "{p}"),
+            Need::And(v) => join(f, v, "and"),
+            Need::Or(v) => join(f, v, "or"),
+        }
+    }
+}
+
+impl Need {
+    /// Conjunction, simplified (`All` drops out).
+    pub fn and(parts: Vec<Need>) -> Need {
+        let mut out = Vec::new();
+        for p in parts {
+            match p {
+                Need::All => {}
+                Need::And(v) => out.extend(v),
+                p => out.push(p),
+            }
+        }
+        match out.len() {
+            0 => Need::All,
+            1 => out.pop().unwrap_or(Need::All),
+            _ => Need::And(out),
+        }
+    }
+
+    /// Disjunction, simplified (`All` absorbs).
+    pub fn or(parts: Vec<Need>) -> Need {
+        let mut out = Vec::new();
+        for p in parts {
+            match p {
+                Need::All => return Need::All,
+                Need::Or(v) => out.extend(v),
+                p => out.push(p),
+            }
+        }
+        match out.len() {
+            0 => Need::All,
+            1 => out.pop().unwrap_or(Need::All),
+            _ => Need::Or(out),
+        }
+    }
+
+    /// Keeps only predicates on fields `keep` accepts (the others become `All`).
+    pub fn restrict(&self, keep: &dyn Fn(Field) -> bool) -> Need {
+        match self {
+            Need::All => Need::All,
+            Need::Pred(p) => {
+                if keep(p.field) {
+                    Need::Pred(*p)
+                } else {
+                    Need::All
+                }
+            }
+            Need::And(v) => Need::and(v.iter().map(|n| n.restrict(keep)).collect()),
+            Need::Or(v) => Need::or(v.iter().map(|n| n.restrict(keep)).collect()),
+        }
+    }
+
+    /// Whether a packet with these field values may satisfy the condition (a missing field fails every
+    /// predicate, an unknown one may satisfy any).
+    pub fn may_match(&self, value: &dyn Fn(Field) -> FieldValue) -> bool {
+        match self {
+            Need::All => true,
+            Need::Pred(p) => match value(p.field) {
+                FieldValue::Value(v) => p.holds(v),
+                FieldValue::Missing => false,
+                FieldValue::Unknown => true,
+            },
+            Need::And(v) => v.iter().all(|n| n.may_match(value)),
+            Need::Or(v) => v.iter().any(|n| n.may_match(value)),
         }
     }
 }

@@ -48,7 +48,7 @@ pub use decode::{
     decode_from,
 };
 pub use error::{ErrorKind, TraceError, WriteError};
-pub use fields::{Field, FieldValue, PacketFields};
+pub use fields::{Field, FieldValue, Need, PacketFields, Pred};
 pub use flow::{Direction, FlowKey};
 pub use read::{
     Compression, FileFormat, Interface, MAX_SNAPLEN, ReadOptions, Record, Records, Seeker, TraceReader, TsResolution,
