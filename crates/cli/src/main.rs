@@ -24,6 +24,8 @@ enum Command {
     Info(cmd::info::Args),
     /// Convert between pcap and pcapng, µs and ns, compressed or not; cut by snaplen or time window.
     Convert(cmd::convert::Args),
+    /// Index traces (TRACE.ptidx beside each) so that queries read only the packets they need.
+    Index(cmd::index::Args),
     /// Select packets with a tcpdump filter: write them (-w), count them, or explain the plan.
     Query(cmd::query::Args),
 }
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(a) => cmd::info::run(a),
         Command::Convert(a) => cmd::convert::run(a),
+        Command::Index(a) => cmd::index::run(a),
         Command::Query(a) => cmd::query::run(a),
     };
     match result {

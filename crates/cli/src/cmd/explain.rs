@@ -1,13 +1,42 @@
-//! `pcaptool query --explain`: how a filter will be evaluated.
+//! `pcaptool query --explain`: how a filter will be evaluated, and with an index what it will read.
 
 use anyhow::Context;
+use pcaptool_index::{IndexView, Selection};
 use pcaptool_query::Filter;
+use pcaptool_query::plan::Plan;
 
 use crate::cmd::query::Matchers;
 
-pub(crate) fn print(filter: &Filter, matchers: &mut Matchers<'_>, json: bool) -> anyhow::Result<()> {
+/// The index's part of an explanation: what it holds and what the plan reads from the trace.
+pub(crate) struct IndexFacts {
+    path: String,
+    packets: u64,
+    chunks: usize,
+    index_bytes: u64,
+    /// Chunks with candidates, candidates, bytes of the trace to read (when the index is used).
+    reads: Option<(usize, u64, u64)>,
+}
+
+impl IndexFacts {
+    pub(crate) fn of(view: &IndexView<'_>, _plan: &Plan, sel: Option<&Selection>) -> IndexFacts {
+        IndexFacts {
+            path: view.file().path().display().to_string(),
+            packets: view.packets(),
+            chunks: view.chunks().len(),
+            index_bytes: view.file().size_bytes(),
+            reads: sel.map(|s| (s.chunks.len(), s.count(), view.bytes_to_read(s))),
+        }
+    }
+}
+
+pub(crate) fn print(
+    filter: &Filter,
+    plan: &Plan,
+    index: Option<&IndexFacts>,
+    matchers: &mut Matchers<'_>,
+    json: bool,
+) -> anyhow::Result<()> {
     let parsed = filter.expr().map_or_else(|| "(empty: every packet)".to_string(), |e| e.to_string());
-    let plan = pcaptool_query::plan::plan(filter, None);
     if json {
         let per_lt: Vec<_> = matchers
             .compiled
@@ -22,13 +51,25 @@ pub(crate) fn print(filter: &Filter, matchers: &mut Matchers<'_>, json: bool) ->
                 })
             })
             .collect();
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "filter": filter.text(),
             "parsed": parsed,
             "index_condition": plan.need.to_string(),
             "plan": plan.describe(),
             "link_types": per_lt,
         });
+        if let Some(ix) = index {
+            v["index"] = serde_json::json!({
+                "path": ix.path,
+                "packets": ix.packets,
+                "chunks": ix.chunks,
+                "bytes": ix.index_bytes,
+                "uses": plan.index.as_ref().map(|n| n.to_string()),
+                "chunks_touched": ix.reads.map(|r| r.0),
+                "candidates": ix.reads.map(|r| r.1),
+                "trace_bytes_to_read": ix.reads.map(|r| r.2),
+            });
+        }
         println!("{}", serde_json::to_string_pretty(&v).context("cannot encode the explanation")?);
         return Ok(());
     }
@@ -36,6 +77,15 @@ pub(crate) fn print(filter: &Filter, matchers: &mut Matchers<'_>, json: bool) ->
     println!("parsed:    {parsed}");
     println!("indexable: {}", plan.need);
     println!("plan:      {}", plan.describe());
+    if let Some(ix) = index {
+        println!("index:     {} ({} packets in {} chunks, {} bytes)", ix.path, ix.packets, ix.chunks, ix.index_bytes);
+        if let Some((chunks, candidates, bytes)) = ix.reads {
+            println!(
+                "reads:     {candidates} candidate packets in {chunks} of {} chunks, {bytes} bytes of the trace",
+                ix.chunks
+            );
+        }
+    }
     for (lt, m) in &matchers.compiled {
         println!(
             "link type {lt}: {} operations (libpcap's tests in libpcap's order, optimised as libpcap does)",

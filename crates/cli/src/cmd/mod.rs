@@ -2,6 +2,7 @@
 
 pub(crate) mod convert;
 pub(crate) mod explain;
+pub(crate) mod index;
 pub(crate) mod info;
 pub(crate) mod query;
 

@@ -1,6 +1,8 @@
 //! `pcaptool query TRACE FILTER`: the packets of a trace that a tcpdump filter selects, written in the trace's own
-//! format, counted, or explained. Without an index the trace is scanned: records are walked in order over a
-//! memory map and the filter runs on batches of them in parallel; matches are written in their original order.
+//! format, counted, or explained. With an index (`TRACE.ptidx`, see `pcaptool index`) and a filter the index
+//! narrows, only the packets the index selects are read (in parallel, chunk by chunk) and the filter runs on each;
+//! otherwise the trace is scanned: records are walked in order over a memory map and the filter runs on batches
+//! of them in parallel. Either way matches are written in their original order, the same bytes.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -8,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use pcaptool_packet::{FileFormat, Interface, LinkType, OutputFormat, Record, Records, TraceReader, precision_for};
+use pcaptool_index::{IndexFile, IndexView, Selection, compression_code, sidecar_path};
+use pcaptool_packet::{
+    FileFormat, Interface, LinkType, OutputFormat, PacketFields, Record, Records, Seeker, TraceReader, precision_for,
+};
+use pcaptool_query::plan::{Field, IndexSource, Pred};
 use pcaptool_query::{Filter, Matcher, Target};
 use rayon::prelude::*;
 
@@ -36,7 +42,7 @@ pub(crate) struct Args {
     /// Show how the filter is evaluated (parsed form, plan, the tests per link type) without running it.
     #[arg(long)]
     explain: bool,
-    /// Scan the trace even if an index exists.
+    /// Scan the trace even if an index exists (and do not check the index).
     #[arg(long)]
     scan: bool,
     /// Print counts and explanations as JSON.
@@ -55,7 +61,7 @@ pub(crate) struct Matchers<'f> {
 }
 
 impl Matchers<'_> {
-    fn get(&mut self, lt: LinkType) -> anyhow::Result<&Matcher> {
+    pub(crate) fn get(&mut self, lt: LinkType) -> anyhow::Result<&Matcher> {
         let lt = lt.base();
         if let Some(i) = self.compiled.iter().position(|(l, _)| *l == lt) {
             return Ok(&self.compiled[i].1);
@@ -90,7 +96,7 @@ fn max_snaplen(lt: LinkType) -> u32 {
 
 /// The most bytes of a packet tcpdump sees: libpcap cuts a record longer than the capture's snapshot length
 /// (the pcap header's, or the first pcapng interface's) to that length, so filters and output do too.
-fn snapshot(reader: &TraceReader) -> usize {
+pub(crate) fn snapshot(reader: &TraceReader) -> usize {
     let Some(first) = reader.interfaces().first() else { return usize::MAX };
     let max = max_snaplen(first.linktype);
     let snap = if first.snaplen == 0 || first.snaplen > max { max } else { first.snaplen };
@@ -131,12 +137,24 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for lt in &declared {
         matchers.get(*lt)?;
     }
+    let index_file = if args.scan || args.trace.as_os_str() == "-" { None } else { open_index(&args.trace, &reader)? };
+    let view = match &index_file {
+        Some(f) => Some(f.view().map_err(|e| anyhow::anyhow!("{e}; or query with --scan"))?),
+        None => None,
+    };
+    let source = view.as_ref().map(Source);
+    let plan = pcaptool_query::plan::plan(&filter, source.as_ref().map(|s| s as &dyn IndexSource));
+    let selection = match (&view, &plan.index) {
+        (Some(v), Some(part)) if plan.use_index => Some(v.select(part)),
+        _ => None,
+    };
     if args.explain {
         if declared.is_empty() {
             // A stream whose first interface is not known yet: explain for Ethernet.
             matchers.get(LinkType::ETHERNET)?;
         }
-        crate::cmd::explain::print(&filter, &mut matchers, args.json)?;
+        let index = view.as_ref().map(|v| crate::cmd::explain::IndexFacts::of(v, &plan, selection.as_ref()));
+        crate::cmd::explain::print(&filter, &plan, index.as_ref(), &mut matchers, args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(n) = args.threads {
@@ -158,7 +176,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(pcaptool_packet::TraceWriter::new(sink, format)?)
         }
     };
-    let result = scan(&mut reader, &mut matchers, out.as_mut(), &args);
+    let result = match (&view, &selection) {
+        (Some(v), Some(sel)) => indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), &args),
+        _ => scan(&mut reader, &mut matchers, out.as_mut(), &args),
+    };
     let finish =
         |out: Option<pcaptool_packet::TraceWriter<Box<dyn Write>>>, ifaces: &[Interface]| -> anyhow::Result<()> {
             if let Some(w) = out {
@@ -182,8 +203,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     finish(out, reader.interfaces())?;
     if args.count {
         let msg = if args.json {
-            serde_json::json!({ "trace": args.trace, "filter": text, "packets": stats.scanned, "matched": stats.matched })
-                .to_string()
+            let mut v = serde_json::json!({ "trace": args.trace, "filter": text, "packets": stats.scanned, "matched": stats.matched });
+            if let Some(c) = stats.candidates {
+                v["index_candidates"] = c.into();
+            }
+            v.to_string()
         } else {
             stats.matched.to_string()
         };
@@ -201,8 +225,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 struct Stats {
+    /// Packets in the trace (scanned, or described by the index).
     scanned: u64,
     matched: u64,
+    /// Packets the index selected and the filter ran on.
+    candidates: Option<u64>,
     damage: Option<pcaptool_packet::TraceError>,
 }
 
@@ -218,7 +245,7 @@ fn scan(
     let limit = args.limit.unwrap_or(u64::MAX);
     let snap = snapshot(reader);
 
-    let mut stats = Stats { scanned: 0, matched: 0, damage: None };
+    let mut stats = Stats { scanned: 0, matched: 0, candidates: None, damage: None };
     let total = std::fs::metadata(&args.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
     let pb = progress::bytes(total, "query");
     if let Some(bytes) = reader.as_bytes() {
@@ -304,5 +331,157 @@ fn scan(
         }
     }
     pb.finish_and_clear();
+    Ok(stats)
+}
+
+/// The index as the planner sees it.
+struct Source<'a, 'b>(&'a IndexView<'b>);
+
+impl IndexSource for Source<'_, '_> {
+    fn packets(&self) -> u64 {
+        self.0.packets()
+    }
+    fn has_field(&self, field: Field) -> bool {
+        self.0.has_field(field)
+    }
+    fn estimate(&self, pred: &Pred) -> Option<u64> {
+        Some(self.0.estimate(pred))
+    }
+}
+
+/// The trace's index, if it has one, checked against the trace as it is now.
+fn open_index(trace: &std::path::Path, reader: &TraceReader) -> anyhow::Result<Option<IndexFile>> {
+    let path = sidecar_path(trace);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let hint = "; or query with --scan";
+    let file = IndexFile::open(&path).map_err(|e| anyhow::anyhow!("{e}{hint}"))?;
+    let snap = u32::try_from(snapshot(reader)).unwrap_or(u32::MAX);
+    file.check_trace(trace, Some(compression_code(reader.compression())), snap)
+        .map_err(|e| anyhow::anyhow!("{e}{hint}"))?;
+    Ok(Some(file))
+}
+
+/// Reads the packets the index selected and writes those the filter matches, in trace order.
+fn indexed(
+    reader: &mut TraceReader,
+    view: &IndexView<'_>,
+    sel: &Selection,
+    matchers: &mut Matchers<'_>,
+    mut out: Option<&mut pcaptool_packet::TraceWriter<Box<dyn Write>>>,
+    args: &Args,
+) -> anyhow::Result<Stats> {
+    let limit = args.limit.unwrap_or(u64::MAX);
+    let snap = snapshot(reader);
+    let mut stats = Stats { scanned: view.packets(), matched: 0, candidates: Some(sel.count()), damage: None };
+    let file = view.file();
+    if let Some(bytes) = reader.as_bytes() {
+        let seeker = Seeker::new(bytes, file.structure())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{} does not describe {}: {e}; rebuild it with `pcaptool index`",
+                    file.path().display(),
+                    args.trace.display()
+                )
+            })?
+            .with_path(&args.trace);
+        for i in seeker.interfaces() {
+            matchers.get(i.linktype)?;
+        }
+        let compiled = &matchers.compiled;
+        let decide = |r: &Record<'_>| {
+            let lt = r.linktype.base();
+            compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
+        };
+        let per_chunk: Vec<Result<Vec<Record<'_>>, pcaptool_index::IndexError>> = sel
+            .chunks
+            .par_iter()
+            .map(|(ci, positions)| {
+                let mut hits = Vec::new();
+                view.read_packets(bytes, &seeker, &args.trace, *ci, positions, &mut |_, rec| {
+                    let rec = cut(rec, snap);
+                    if decide(&rec) {
+                        hits.push(rec);
+                    }
+                    Ok(())
+                })?;
+                Ok(hits)
+            })
+            .collect();
+        'outer: for hits in per_chunk {
+            for rec in hits? {
+                stats.matched += 1;
+                if let Some(w) = out.as_deref_mut() {
+                    w.write(&rec, seeker.interfaces()).context("cannot write the output")?;
+                }
+                if stats.matched >= limit {
+                    break 'outer;
+                }
+            }
+        }
+        if let Some(off) = file.damage()
+            && stats.matched < limit
+        {
+            match seeker.next_record_at(bytes, off) {
+                Err(e) => stats.damage = Some(e),
+                Ok(_) => bail!(
+                    "{} says the trace is damaged at byte {off}, but it is not: rebuild it with `pcaptool index`",
+                    file.path().display()
+                ),
+            }
+        }
+        return Ok(stats);
+    }
+    // A compressed trace: stream it, and run the filter on the selected packets only.
+    let mut wanted = sel.chunks.iter().flat_map(|(ci, v)| {
+        let first = view.chunks()[*ci].first_packet();
+        v.iter().map(move |&i| (*ci, i as usize, first + u64::from(i)))
+    });
+    let mut next = wanted.next();
+    let mut at = 0u64;
+    while next.is_some() || file.damage().is_some() {
+        let (rec, ifaces) = match reader.next_with_interfaces() {
+            None => break,
+            Some(Err(e)) => {
+                stats.damage = Some(e);
+                break;
+            }
+            Some(Ok((rec, ifaces))) => (cut(rec, snap), ifaces),
+        };
+        if let Some((ci, i, global)) = next
+            && global == at
+        {
+            let fields = PacketFields::new(rec.linktype, rec.data, rec.wirelen, rec.ts_ns);
+            if !view.is_packet(ci, i, &fields, rec.wirelen, rec.ts_ns) {
+                bail!(
+                    "{} does not describe {} as it is now (packet {at} differs); rebuild it with `pcaptool index`",
+                    file.path().display(),
+                    args.trace.display()
+                );
+            }
+            next = wanted.next();
+            if matchers.get(rec.linktype)?.matches(rec.data, rec.wirelen, rec.ts_ns) && stats.matched < limit {
+                stats.matched += 1;
+                if let Some(w) = out.as_deref_mut() {
+                    w.write(&rec, ifaces).context("cannot write the output")?;
+                }
+                if stats.matched >= limit {
+                    break;
+                }
+            }
+        }
+        at += 1;
+    }
+    if let Some((_, _, global)) = next
+        && stats.damage.is_none()
+        && stats.matched < limit
+    {
+        bail!(
+            "{} describes packet {global}, but {} ends after {at} packets; rebuild it with `pcaptool index`",
+            file.path().display(),
+            args.trace.display()
+        );
+    }
     Ok(stats)
 }

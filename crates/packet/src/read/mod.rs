@@ -311,6 +311,25 @@ impl Seeker {
             Step::Skip(_) | Step::End => Err(err(ErrorKind::NotRecord)),
         }
     }
+
+    /// The first packet record at or after `offset`, skipping blocks that are not packets (statistics, name
+    /// resolution, interface descriptions, a new section).
+    pub fn next_record_at<'a>(&self, data: &'a [u8], offset: u64) -> Result<Record<'a>, TraceError> {
+        let mut off = offset;
+        loop {
+            match self.record_at(data, off) {
+                Err(e) if matches!(e.kind, ErrorKind::NotRecord) => {
+                    let i = self.states.partition_point(|s| s.0 <= off).saturating_sub(1);
+                    let buf = usize::try_from(off).ok().and_then(|o| data.get(o..)).unwrap_or(&[]);
+                    match self.states[i].1.peek_record(buf) {
+                        Ok(Step::Skip(n)) => off += n as u64,
+                        _ => return Err(e),
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
 }
 
 /// Options for [`TraceReader::open_with`].

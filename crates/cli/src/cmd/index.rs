@@ -1,0 +1,81 @@
+//! `pcaptool index TRACE...`: writes the sidecar index (`TRACE.ptidx`) of each trace, in parallel, chunk by
+//! chunk; `pcaptool query` then uses it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use pcaptool_index::{BuildOptions, PAGE, build, sidecar_path};
+use pcaptool_packet::TraceReader;
+
+use crate::progress;
+
+/// Arguments of `pcaptool index`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The captures to index (pcap or pcapng, possibly compressed); each gets `TRACE.ptidx` beside it.
+    #[arg(required = true, num_args = 1..)]
+    traces: Vec<PathBuf>,
+    /// Threads (default: all cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Packets per chunk (a multiple of 1024): memory use grows with it, index size shrinks a little.
+    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
+    chunk_packets: u32,
+    /// Print what was built as JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.chunk_packets == 0 || !(args.chunk_packets as usize).is_multiple_of(PAGE) {
+        bail!("--chunk-packets must be a positive multiple of {PAGE}");
+    }
+    if let Some(n) = args.threads {
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global();
+    }
+    let mut code = ExitCode::SUCCESS;
+    for trace in &args.traces {
+        let mut reader = TraceReader::open(trace).with_context(|| format!("cannot open {}", trace.display()))?;
+        reader.read_header()?;
+        let snap = crate::cmd::query::snapshot(&reader);
+        drop(reader);
+        let out = sidecar_path(trace);
+        let total = std::fs::metadata(trace).ok().map(|m| m.len());
+        let pb = progress::bytes(total, "index");
+        let started = Instant::now();
+        let opts = BuildOptions { chunk_packets: args.chunk_packets, snap: u32::try_from(snap).unwrap_or(u32::MAX) };
+        let stats = build(trace, &out, &opts, &|at| pb.set_position(at))
+            .with_context(|| format!("cannot index {}", trace.display()))?;
+        pb.finish_and_clear();
+        let secs = started.elapsed().as_secs_f64();
+        let per_packet = stats.index_bytes as f64 / stats.packets.max(1) as f64;
+        let share = 100.0 * stats.index_bytes as f64 / stats.trace_bytes.max(1) as f64;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "trace": trace, "index": out, "packets": stats.packets, "chunks": stats.chunks,
+                    "keys": stats.keys, "index_bytes": stats.index_bytes, "trace_bytes": stats.trace_bytes,
+                    "bytes_per_packet": per_packet, "percent_of_trace": share, "seconds": secs,
+                    "damage": stats.damage.as_ref().map(|d| d.to_string()),
+                })
+            );
+        } else {
+            println!(
+                "{}: {} packets, {} chunks, {} keys; index {} bytes ({per_packet:.3} B/packet, {share:.3}% of the trace) in {secs:.2} s",
+                out.display(),
+                stats.packets,
+                stats.chunks,
+                stats.keys,
+                stats.index_bytes,
+            );
+        }
+        if let Some(d) = &stats.damage {
+            eprintln!("pcaptool: error: {d}; the {} packets before it were indexed", stats.packets);
+            code = ExitCode::FAILURE;
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,426 @@
+//! Building an index: one pass over the trace, chunk by chunk, chunks encoded in parallel, written in order to a
+//! temporary file that is renamed into place when complete (a failed build leaves no index behind).
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use pcaptool_packet::{Compression, PacketFields, Record, Records, TraceError, TraceReader};
+use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RsBitVector};
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::IndexError;
+use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32};
+use crate::keys::{Key, key_of, write_table};
+
+/// How to build.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Packets per chunk (a positive multiple of 1024; default 1,048,576).
+    pub chunk_packets: u32,
+    /// Cut every packet to this many bytes before reading its fields, as the filters that will use the index
+    /// see it (libpcap's snapshot length; `u32::MAX`: no cut).
+    pub snap: u32,
+}
+
+impl Default for BuildOptions {
+    fn default() -> BuildOptions {
+        BuildOptions { chunk_packets: 1 << 20, snap: u32::MAX }
+    }
+}
+
+/// What a build did.
+#[derive(Debug)]
+pub struct BuildStats {
+    /// Packets indexed.
+    pub packets: u64,
+    /// Chunks written.
+    pub chunks: u32,
+    /// Distinct keys, summed over chunks.
+    pub keys: u64,
+    /// Bytes of the index file.
+    pub index_bytes: u64,
+    /// Bytes of the trace file.
+    pub trace_bytes: u64,
+    /// Damage that ended the trace early (the index covers the packets before it).
+    pub damage: Option<TraceError>,
+}
+
+/// The identity of a trace file: its length, modification time (ns) and the CRC-32 of its first and last MiB.
+pub(crate) fn identity(path: &Path) -> Result<(u64, u64, u32, u32), IndexError> {
+    let mut f = File::open(path).map_err(|e| IndexError::io(path, e))?;
+    let meta = f.metadata().map_err(|e| IndexError::io(path, e))?;
+    let len = meta.len();
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let span = len.min(IDENTITY_SPAN) as usize;
+    let mut buf = vec![0u8; span];
+    f.read_exact(&mut buf).map_err(|e| IndexError::io(path, e))?;
+    let head = crc32(&buf);
+    f.seek(SeekFrom::Start(len - span as u64)).map_err(|e| IndexError::io(path, e))?;
+    f.read_exact(&mut buf).map_err(|e| IndexError::io(path, e))?;
+    Ok((len, mtime, head, crc32(&buf)))
+}
+
+pub(crate) fn compression_code(c: Option<Compression>) -> u8 {
+    match c {
+        None => 0,
+        Some(Compression::Gzip) => 1,
+        Some(Compression::Zstd) => 2,
+        Some(Compression::Lz4) => 3,
+    }
+}
+
+/// The packets of one chunk, reduced to what the index keeps.
+#[derive(Debug, Default)]
+struct ChunkInput {
+    first_packet: u64,
+    /// Key id of every packet.
+    ids: Vec<u32>,
+    /// Distinct keys, by id.
+    keys: Vec<Key>,
+    /// Earliest and latest timestamp of every page.
+    pages: Vec<(u64, u64)>,
+    /// Stream offset of the first record of every block.
+    blocks: Vec<u64>,
+}
+
+impl ChunkInput {
+    fn new(first_packet: u64) -> ChunkInput {
+        ChunkInput { first_packet, ..ChunkInput::default() }
+    }
+
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Adds the position and time of the next packet (its key id is pushed by the caller).
+    fn place(&mut self, offset: u64, ts: u64) {
+        let i = self.ids.len();
+        if i.is_multiple_of(BLOCK) {
+            self.blocks.push(offset);
+        }
+        if i.is_multiple_of(PAGE) {
+            self.pages.push((ts, ts));
+        } else if let Some(p) = self.pages.last_mut() {
+            p.0 = p.0.min(ts);
+            p.1 = p.1.max(ts);
+        }
+    }
+}
+
+/// Interns keys into ids in order of first appearance.
+#[derive(Default)]
+struct Interner {
+    map: FxHashMap<Key, u32>,
+    keys: Vec<Key>,
+}
+
+impl Interner {
+    fn id(&mut self, k: &Key) -> u32 {
+        if let Some(&id) = self.map.get(k) {
+            return id;
+        }
+        let id = self.keys.len() as u32;
+        self.map.insert(*k, id);
+        self.keys.push(*k);
+        id
+    }
+}
+
+fn cut<'a>(rec: &Record<'a>, snap: u32) -> &'a [u8] {
+    &rec.data[..rec.data.len().min(snap as usize)]
+}
+
+fn key_of_record(rec: &Record<'_>, snap: u32) -> Key {
+    key_of(&PacketFields::new(rec.linktype, cut(rec, snap), rec.wirelen, rec.ts_ns), rec.wirelen)
+}
+
+/// The chunk of `recs`: keys read in parallel, interned per batch, then merged in packet order.
+fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkInput {
+    let parts: Vec<(Vec<Key>, Vec<u32>)> = recs
+        .par_chunks(16_384)
+        .map(|part| {
+            let mut int = Interner::default();
+            let ids = part.iter().map(|r| int.id(&key_of_record(r, snap))).collect();
+            (int.keys, ids)
+        })
+        .collect();
+    let mut input = ChunkInput::new(first_packet);
+    input.ids.reserve(recs.len());
+    let mut int = Interner::default();
+    let mut recs = recs.iter();
+    for (keys, ids) in parts {
+        let global: Vec<u32> = keys.iter().map(|k| int.id(k)).collect();
+        for id in ids {
+            let r = recs.next().expect("one record per id");
+            input.place(r.offset, r.ts_ns);
+            input.ids.push(global[id as usize]);
+        }
+    }
+    input.keys = int.keys;
+    input
+}
+
+/// A chunk's bytes and what the directory says of it.
+struct Encoded {
+    bytes: Vec<u8>,
+    packets: u32,
+    keys: u32,
+    first_packet: u64,
+    t_min: u64,
+    t_max: u64,
+}
+
+fn encode_chunk(input: ChunkInput) -> Encoded {
+    let n = input.len();
+    let base = input.blocks.first().copied().unwrap_or(0);
+    let span = input.blocks.last().map_or(0, |l| l - base);
+    let wide = span > u64::from(u32::MAX);
+    let mut o = Out::default();
+    o.u32(n as u32);
+    o.u32(input.keys.len() as u32);
+    o.u64(input.first_packet);
+    o.u64(base);
+    o.u32(if wide { 8 } else { 4 });
+    o.u32(0);
+    for &(lo, hi) in &input.pages {
+        o.u64(lo);
+        o.u64(hi);
+    }
+    for &b in &input.blocks {
+        if wide { o.u64(b - base) } else { o.u32((b - base) as u32) }
+    }
+    o.align8();
+    write_table(&mut o, &input.keys);
+    o.align8();
+    let wt = HuffmanWaveletTree::<RsBitVector>::from_symbols(input.ids.iter().copied());
+    let wt = wt.to_bytes();
+    o.u64(wt.len() as u64);
+    o.bytes(&wt);
+    o.align8();
+    Encoded {
+        bytes: o.into_inner(),
+        packets: n as u32,
+        keys: input.keys.len() as u32,
+        first_packet: input.first_packet,
+        t_min: input.pages.iter().map(|p| p.0).min().unwrap_or(0),
+        t_max: input.pages.iter().map(|p| p.1).max().unwrap_or(0),
+    }
+}
+
+/// Writes encoded chunks in order and remembers their directory entries.
+struct Sink {
+    w: BufWriter<File>,
+    path: PathBuf,
+    pos: u64,
+    dir: Out,
+    chunks: u32,
+    packets: u64,
+    keys: u64,
+}
+
+impl Sink {
+    fn put(&mut self, e: Encoded) -> Result<(), IndexError> {
+        self.w.write_all(&e.bytes).map_err(|err| IndexError::io(&self.path, err))?;
+        self.dir.u64(self.pos);
+        self.dir.u64(e.bytes.len() as u64);
+        self.dir.u32(crc32(&e.bytes));
+        self.dir.u32(e.packets);
+        self.dir.u64(e.first_packet);
+        self.dir.u64(e.t_min);
+        self.dir.u64(e.t_max);
+        self.pos += e.bytes.len() as u64;
+        self.chunks += 1;
+        self.packets += u64::from(e.packets);
+        self.keys += u64::from(e.keys);
+        Ok(())
+    }
+}
+
+/// Indexes `trace` into `index` (see [`crate::sidecar_path`]). `progress` is called with the stream offset reached.
+pub fn build(
+    trace: &Path,
+    index: &Path,
+    opts: &BuildOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<BuildStats, IndexError> {
+    let chunk = opts.chunk_packets;
+    if chunk == 0 || !(chunk as usize).is_multiple_of(PAGE) {
+        return Err(IndexError::NotIndex {
+            path: index.to_path_buf(),
+            why: format!("chunk size {chunk} is not a positive multiple of {PAGE}"),
+        });
+    }
+    let (trace_len, mtime_ns, head_crc, tail_crc) = identity(trace)?;
+    let mut reader = TraceReader::open(trace)?;
+    let tmp = {
+        let mut s = index.as_os_str().to_owned();
+        s.push(".tmp");
+        PathBuf::from(s)
+    };
+    let file = File::create(&tmp).map_err(|e| IndexError::io(&tmp, e))?;
+    let mut sink = Sink {
+        w: BufWriter::with_capacity(1 << 20, file),
+        path: tmp.clone(),
+        pos: HEADER_LEN as u64,
+        dir: Out::default(),
+        chunks: 0,
+        packets: 0,
+        keys: 0,
+    };
+    let result = (|| -> Result<(Vec<u64>, Option<TraceError>, u64), IndexError> {
+        sink.w.write_all(&[0u8; HEADER_LEN]).map_err(|e| IndexError::io(&tmp, e))?;
+        if let Some(bytes) = reader.as_bytes() {
+            let mut recs = Records::new(bytes).with_path(trace).track_structure();
+            let inflight = rayon::current_num_threads().clamp(1, 8);
+            let mut damage = None;
+            let mut next_packet = 0u64;
+            loop {
+                let mut group: Vec<Vec<Record<'_>>> = Vec::new();
+                while group.len() < inflight && damage.is_none() {
+                    let mut v = Vec::with_capacity(chunk as usize);
+                    for r in recs.by_ref() {
+                        match r {
+                            Ok(r) => {
+                                v.push(r);
+                                if v.len() == chunk as usize {
+                                    break;
+                                }
+                            }
+                            Err(e) => {
+                                damage = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    if v.is_empty() {
+                        break;
+                    }
+                    let full = v.len() == chunk as usize;
+                    group.push(v);
+                    if !full {
+                        break;
+                    }
+                }
+                if group.is_empty() {
+                    break;
+                }
+                let firsts: Vec<u64> = group
+                    .iter()
+                    .scan(next_packet, |n, g| {
+                        let f = *n;
+                        *n += g.len() as u64;
+                        Some(f)
+                    })
+                    .collect();
+                next_packet += group.iter().map(|g| g.len() as u64).sum::<u64>();
+                let encoded: Vec<Encoded> = group
+                    .par_iter()
+                    .zip(firsts)
+                    .map(|(g, first)| encode_chunk(chunk_of_records(first, g, opts.snap)))
+                    .collect();
+                let reached = group.last().and_then(|g| g.last()).map_or(0, |r| r.offset);
+                for e in encoded {
+                    sink.put(e)?;
+                }
+                progress(reached);
+                if group.last().is_some_and(|g| g.len() < chunk as usize) {
+                    break;
+                }
+            }
+            let stream_len = recs.position();
+            Ok((recs.structure().to_vec(), damage, stream_len))
+        } else {
+            // A compressed trace is read as a stream; its offsets are those of the decompressed stream, and
+            // extraction reads it sequentially (see docs/format/index.md).
+            let mut input = ChunkInput::new(0);
+            let mut int = Interner::default();
+            let mut damage = None;
+            let mut packets = 0u64;
+            let mut end = 0u64;
+            loop {
+                match reader.next_record() {
+                    None => break,
+                    Some(Err(e)) => {
+                        damage = Some(e);
+                        break;
+                    }
+                    Some(Ok(r)) => {
+                        input.place(r.offset, r.ts_ns);
+                        let id = int.id(&key_of_record(&r, opts.snap));
+                        input.ids.push(id);
+                        end = r.offset + u64::from(r.record_len);
+                        packets += 1;
+                        if input.len() == chunk as usize {
+                            input.keys = std::mem::take(&mut int).keys;
+                            sink.put(encode_chunk(std::mem::replace(&mut input, ChunkInput::new(packets))))?;
+                            progress(end);
+                        }
+                    }
+                }
+            }
+            if input.len() > 0 {
+                input.keys = int.keys;
+                sink.put(encode_chunk(input))?;
+            }
+            Ok((Vec::new(), damage, end))
+        }
+    })();
+    let (structure, damage, stream_len) = match result {
+        Ok(v) => v,
+        Err(e) => {
+            drop(sink);
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    let (packets, chunks, keys) = (sink.packets, sink.chunks, sink.keys);
+    let header = |dir_offset: u64, dir_len: u64| Header {
+        trace_len,
+        head_crc,
+        tail_crc,
+        compression: compression_code(reader.compression()),
+        snap: opts.snap,
+        packets,
+        stream_len,
+        chunk_packets: chunk,
+        chunks,
+        dir_offset,
+        dir_len,
+        damage: damage.as_ref().map_or(u64::MAX, |d| d.offset),
+        mtime_ns,
+    };
+    let finish = (|| -> Result<u64, IndexError> {
+        let mut dir = Out::default();
+        dir.u32(structure.len() as u32);
+        dir.u32(0);
+        for s in &structure {
+            dir.u64(*s);
+        }
+        dir.bytes(&std::mem::take(&mut sink.dir).into_inner());
+        let mut dir = dir.into_inner();
+        let crc = crc32(&dir);
+        dir.extend_from_slice(&crc.to_le_bytes());
+        let dir_offset = sink.pos;
+        sink.w.write_all(&dir).map_err(|e| IndexError::io(&tmp, e))?;
+        let mut f = sink.w.into_inner().map_err(|e| IndexError::io(&tmp, e.into_error()))?;
+        f.seek(SeekFrom::Start(0)).map_err(|e| IndexError::io(&tmp, e))?;
+        f.write_all(&header(dir_offset, dir.len() as u64).encode()).map_err(|e| IndexError::io(&tmp, e))?;
+        f.sync_all().map_err(|e| IndexError::io(&tmp, e))?;
+        Ok(dir_offset + dir.len() as u64)
+    })();
+    let index_bytes = match finish {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, index).map_err(|e| IndexError::io(index, e))?;
+    Ok(BuildStats { packets, chunks, keys, index_bytes, trace_bytes: trace_len, damage })
+}

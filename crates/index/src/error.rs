@@ -1,0 +1,55 @@
+//! Errors of building, loading and using an index.
+
+use std::io;
+use std::path::PathBuf;
+
+/// What went wrong with an index. Every variant names the file and, for damage, the offset and what was
+/// expected, so that a message tells the user what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] pcaptool_packet::TraceError),
+    /// The file is not an index, or one of another version.
+    #[error("{path} is not a pcaptool index ({why})")]
+    NotIndex {
+        /// The file.
+        path: PathBuf,
+        /// What was found.
+        why: String,
+    },
+    /// The index is damaged: a checksum or a structure does not hold.
+    #[error("{path} is damaged at byte {offset}: {why}; rebuild it with `pcaptool index`")]
+    Corrupt {
+        /// The index file.
+        path: PathBuf,
+        /// Where.
+        offset: u64,
+        /// What does not hold.
+        why: String,
+    },
+    /// The index describes another trace, or this trace before it changed.
+    #[error("{index} does not describe {trace} as it is now ({why}); rebuild it with `pcaptool index`")]
+    Stale {
+        /// The index file.
+        index: PathBuf,
+        /// The trace.
+        trace: PathBuf,
+        /// What differs.
+        why: String,
+    },
+}
+
+impl IndexError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> IndexError {
+        IndexError::Io { path: path.into(), source }
+    }
+}

@@ -1,0 +1,228 @@
+//! The index file format (docs/format/index.md): little-endian fields, a fixed header naming the trace, chunks,
+//! a directory, each with a CRC-32.
+
+use pcaptool_wavelet::Crc32;
+
+/// The first four bytes of an index.
+pub const MAGIC: [u8; 4] = *b"PTIX";
+/// The format version this crate writes and reads.
+pub const VERSION: u16 = 1;
+/// Bytes of the header.
+pub(crate) const HEADER_LEN: usize = 96;
+/// Bytes of the trace's start and end whose checksums identify it.
+pub(crate) const IDENTITY_SPAN: u64 = 1 << 20;
+
+/// CRC-32 (IEEE) of `bytes`.
+pub(crate) fn crc32(bytes: &[u8]) -> u32 {
+    let mut c = Crc32::new();
+    c.update(bytes);
+    c.finish()
+}
+
+/// A growable little-endian byte writer.
+#[derive(Default, Debug)]
+pub(crate) struct Out(Vec<u8>);
+
+impl Out {
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    pub(crate) fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+    /// Pads with zeros to a multiple of 8 bytes.
+    pub(crate) fn align8(&mut self) {
+        while !self.0.len().is_multiple_of(8) {
+            self.0.push(0);
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub(crate) fn into_inner(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+/// A bounds-checked little-endian reader; errors say what was being read and where.
+#[derive(Clone, Debug)]
+pub(crate) struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(data: &'a [u8]) -> Cursor<'a> {
+        Cursor { data, pos: 0 }
+    }
+
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end =
+            self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
+                format!("{n} bytes needed at byte {} of a {}-byte structure", self.pos, self.data.len())
+            })?;
+        let b = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(b)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let b = self.bytes(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(b);
+        Ok(a)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.array::<1>()?[0])
+    }
+    pub(crate) fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    pub(crate) fn align8(&mut self) -> Result<(), String> {
+        let pad = (8 - self.pos % 8) % 8;
+        let b = self.bytes(pad)?;
+        if b.iter().any(|&x| x != 0) {
+            return Err(format!("non-zero padding at byte {}", self.pos - pad));
+        }
+        Ok(())
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pos == self.data.len()
+    }
+}
+
+/// What the index knows of its trace and of itself (the header).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub trace_len: u64,
+    pub head_crc: u32,
+    pub tail_crc: u32,
+    /// 0 none, 1 gzip, 2 zstd, 3 lz4.
+    pub compression: u8,
+    /// Snapshot length the packets were cut to before their fields were read (`u32::MAX`: none).
+    pub snap: u32,
+    pub packets: u64,
+    pub stream_len: u64,
+    pub chunk_packets: u32,
+    pub chunks: u32,
+    pub dir_offset: u64,
+    pub dir_len: u64,
+    /// Offset in the capture stream of the damage that ended the indexing (`u64::MAX`: none).
+    pub damage: u64,
+    /// The trace's modification time, ns since the epoch (0: unknown).
+    pub mtime_ns: u64,
+}
+
+impl Header {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut o = Out::default();
+        o.bytes(&MAGIC);
+        o.u16(VERSION);
+        o.u16(0);
+        o.u32(HEADER_LEN as u32);
+        o.u64(self.trace_len);
+        o.u32(self.head_crc);
+        o.u32(self.tail_crc);
+        o.u8(self.compression);
+        o.bytes(&[0; 3]);
+        o.u32(self.snap);
+        o.u64(self.packets);
+        o.u64(self.stream_len);
+        o.u32(self.chunk_packets);
+        o.u32(self.chunks);
+        o.u64(self.dir_offset);
+        o.u64(self.dir_len);
+        o.u64(self.damage);
+        o.u64(self.mtime_ns);
+        let crc = crc32(&o.0);
+        o.u32(crc);
+        debug_assert_eq!(o.len(), HEADER_LEN);
+        o.into_inner()
+    }
+
+    /// Reads a header: `Err((is_index, why))`, where `is_index` tells a damaged index from another file.
+    pub(crate) fn decode(b: &[u8]) -> Result<Header, (bool, String)> {
+        if b.len() < 8 || b[..4] != MAGIC {
+            return Err((false, "no PTIX magic at its start".into()));
+        }
+        let mut c = Cursor::new(b);
+        let ver = |c: &mut Cursor<'_>| -> Result<u16, String> {
+            c.bytes(4)?;
+            c.u16()
+        };
+        let version = ver(&mut c).map_err(|e| (false, e))?;
+        if version != VERSION {
+            return Err((false, format!("format version {version}; this pcaptool reads version {VERSION}")));
+        }
+        if b.len() < HEADER_LEN {
+            return Err((true, format!("the header needs {HEADER_LEN} bytes, the file has {}", b.len())));
+        }
+        let stored = u32::from_le_bytes([b[HEADER_LEN - 4], b[HEADER_LEN - 3], b[HEADER_LEN - 2], b[HEADER_LEN - 1]]);
+        if crc32(&b[..HEADER_LEN - 4]) != stored {
+            return Err((true, "header checksum mismatch".into()));
+        }
+        let parse = || -> Result<Header, String> {
+            let mut c = Cursor::new(&b[8..HEADER_LEN]);
+            let header_len = c.u32()?;
+            if header_len as usize != HEADER_LEN {
+                return Err(format!("header length {header_len}, expected {HEADER_LEN}"));
+            }
+            let trace_len = c.u64()?;
+            let head_crc = c.u32()?;
+            let tail_crc = c.u32()?;
+            let compression = c.u8()?;
+            c.bytes(3)?;
+            let h = Header {
+                trace_len,
+                head_crc,
+                tail_crc,
+                compression,
+                snap: c.u32()?,
+                packets: c.u64()?,
+                stream_len: c.u64()?,
+                chunk_packets: c.u32()?,
+                chunks: c.u32()?,
+                dir_offset: c.u64()?,
+                dir_len: c.u64()?,
+                damage: c.u64()?,
+                mtime_ns: c.u64()?,
+            };
+            if h.compression > 3 {
+                return Err(format!("unknown compression code {}", h.compression));
+            }
+            if h.chunk_packets == 0 || !h.chunk_packets.is_multiple_of(PAGE as u32) {
+                return Err(format!("chunk size {} is not a positive multiple of {PAGE}", h.chunk_packets));
+            }
+            if u64::from(h.chunks) != h.packets.div_ceil(u64::from(h.chunk_packets)) {
+                return Err(format!("{} chunks cannot hold {} packets", h.chunks, h.packets));
+            }
+            Ok(h)
+        };
+        parse().map_err(|e| (true, e))
+    }
+}
+
+/// Packets per offset block: the index keeps the offset of every block's first record.
+pub const BLOCK: usize = 64;
+/// Packets per time page: the index keeps every page's earliest and latest timestamp.
+pub const PAGE: usize = 1024;

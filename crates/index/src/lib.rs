@@ -1,0 +1,61 @@
+//! A compressed sidecar index of a pcap or pcapng trace (after pcapWT: Kim et al., Computer Networks 2015), built
+//! without rewriting the trace, that answers conditions on header fields with rank/select instead of a scan.
+//!
+//! Per chunk of packets (1,048,576 by default) the index keeps:
+//! - a **key table**: every distinct combination of the header fields of [`KEY_FIELDS`] (Ethernet addresses,
+//!   VLAN id, IPv4/IPv6 addresses, protocol, ports, TCP flags) plus a wire-length class, stored once, column by
+//!   column, each column a sorted dictionary (so prefixes and ranges are dictionary ranges) and bit-packed codes;
+//! - the **key id of every packet** in a Huffman-shaped wavelet tree (`pcaptool-wavelet`): the packets of the
+//!   keys that satisfy a condition come out by `select`, their number by `rank`;
+//! - the **earliest and latest timestamp of every page** of 1024 packets, for time windows;
+//! - the **offset of every block** of 64 records: a packet is read by walking at most 63 records from there.
+//!
+//! One sequence of key ids costs far less than one sequence per field (each wavelet tree costs at least a bit
+//! per packet, and the fields of a packet are strongly correlated); docs/BENCHMARKS.md has the measurements.
+//! The file format is in docs/format/index.md. Fields are read exactly as [`pcaptool_packet::PacketFields`]
+//! defines them, so that a [`Need`](pcaptool_packet::Need) derived from a filter selects a superset of its
+//! matches: the caller still runs the filter on every selected packet.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use pcaptool_index::{BuildOptions, IndexFile, build, sidecar_path};
+//! use pcaptool_packet::{Field, Need, Pred};
+//!
+//! let trace = Path::new("trace.pcap");
+//! build(trace, &sidecar_path(trace), &BuildOptions::default(), &|_| {})?;
+//! let file = IndexFile::open(&sidecar_path(trace))?;
+//! file.check_trace(trace, None, u32::MAX)?;
+//! let index = file.view()?;
+//! let sel = index.select(&Need::Pred(Pred::range(Field::DstPort, 53, 53)));
+//! println!("{} candidate packets", sel.count());
+//! # Ok::<(), pcaptool_index::IndexError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod build;
+mod error;
+mod format;
+mod keys;
+mod select;
+
+use std::path::{Path, PathBuf};
+
+pub use build::{BuildOptions, BuildStats, build};
+pub use error::IndexError;
+pub use format::{BLOCK, MAGIC, PAGE, VERSION};
+pub use keys::{KEY_FIELDS, LEN_BOUNDS};
+pub use select::{ChunkView, IndexFile, IndexView, Selection};
+
+/// The index of `trace`: the same path with `.ptidx` appended.
+pub fn sidecar_path(trace: &Path) -> PathBuf {
+    let mut s = trace.as_os_str().to_owned();
+    s.push(".ptidx");
+    PathBuf::from(s)
+}
+
+/// The code the index header gives a compression (0 none, 1 gzip, 2 zstd, 3 lz4).
+pub fn compression_code(c: Option<pcaptool_packet::Compression>) -> u8 {
+    build::compression_code(c)
+}

@@ -1,0 +1,531 @@
+//! Loading an index and answering field conditions with it: key tables say which keys may satisfy a condition,
+//! time pages which packets may be in a window, and the wavelet tree where those keys occur (rank/select).
+
+use std::path::{Path, PathBuf};
+
+use pcaptool_packet::{Field, Need, PacketFields, Pred, Record, Seeker};
+use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RsBitVector};
+use rayon::prelude::*;
+
+use crate::IndexError;
+use crate::build::identity;
+use crate::format::{BLOCK, Cursor, HEADER_LEN, Header, PAGE, crc32};
+use crate::keys::{KEY_FIELDS, KeyTable};
+
+#[derive(Clone, Copy, Debug)]
+struct DirEntry {
+    offset: u64,
+    len: u64,
+    crc: u32,
+    packets: u32,
+    first_packet: u64,
+    t_min: u64,
+    t_max: u64,
+}
+
+/// An index file read into memory, its header and directory checked.
+#[derive(Debug)]
+pub struct IndexFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    header: Header,
+    structure: Vec<u64>,
+    dir: Vec<DirEntry>,
+}
+
+impl IndexFile {
+    /// Reads the index at `path` and checks its header and directory.
+    pub fn open(path: &Path) -> Result<IndexFile, IndexError> {
+        let bytes = std::fs::read(path).map_err(|e| IndexError::io(path, e))?;
+        let corrupt = |offset: u64, why: String| IndexError::Corrupt { path: path.to_path_buf(), offset, why };
+        let header = Header::decode(&bytes).map_err(|(is_index, why)| {
+            if is_index { corrupt(0, why) } else { IndexError::NotIndex { path: path.to_path_buf(), why } }
+        })?;
+        let dir_start = header.dir_offset;
+        let dir_bytes = usize::try_from(dir_start)
+            .ok()
+            .zip(usize::try_from(header.dir_len).ok())
+            .and_then(|(s, l)| bytes.get(s..s.checked_add(l)?))
+            .filter(|d| d.len() >= 12 && dir_start >= HEADER_LEN as u64)
+            .ok_or_else(|| {
+                corrupt(dir_start, format!("the directory ({} bytes) is not inside the file", header.dir_len))
+            })?;
+        if dir_start + header.dir_len != bytes.len() as u64 {
+            return Err(corrupt(dir_start + header.dir_len, "bytes after the directory".into()));
+        }
+        let (body, stored) = dir_bytes.split_at(dir_bytes.len() - 4);
+        if crc32(body) != u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]) {
+            return Err(corrupt(dir_start, "directory checksum mismatch".into()));
+        }
+        let parse = || -> Result<(Vec<u64>, Vec<DirEntry>), String> {
+            let mut c = Cursor::new(body);
+            let n = c.u32()? as usize;
+            c.u32()?;
+            let structure = (0..n).map(|_| c.u64()).collect::<Result<Vec<_>, _>>()?;
+            let mut dir = Vec::with_capacity(header.chunks as usize);
+            let mut next_offset = HEADER_LEN as u64;
+            let mut next_packet = 0u64;
+            for i in 0..header.chunks {
+                let e = DirEntry {
+                    offset: c.u64()?,
+                    len: c.u64()?,
+                    crc: c.u32()?,
+                    packets: c.u32()?,
+                    first_packet: c.u64()?,
+                    t_min: c.u64()?,
+                    t_max: c.u64()?,
+                };
+                let last = i + 1 == header.chunks;
+                if e.offset != next_offset
+                    || e.first_packet != next_packet
+                    || e.packets == 0
+                    || e.packets > header.chunk_packets
+                    || (!last && e.packets != header.chunk_packets)
+                {
+                    return Err(format!("directory entry {i} does not follow the previous chunk"));
+                }
+                next_offset = e.offset.checked_add(e.len).ok_or("chunk length overflows")?;
+                next_packet += u64::from(e.packets);
+                dir.push(e);
+            }
+            if next_offset != dir_start || next_packet != header.packets || !c.is_empty() {
+                return Err("the chunks do not tile the file up to the directory".into());
+            }
+            Ok((structure, dir))
+        };
+        let (structure, dir) = parse().map_err(|why| corrupt(dir_start, why))?;
+        Ok(IndexFile { path: path.to_path_buf(), bytes, header, structure, dir })
+    }
+
+    /// The index file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Packets indexed.
+    pub fn packets(&self) -> u64 {
+        self.header.packets
+    }
+
+    /// Bytes of the index file.
+    pub fn size_bytes(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Whether the trace is compressed (its packets are then read by streaming it).
+    pub fn compressed(&self) -> bool {
+        self.header.compression != 0
+    }
+
+    /// The snapshot length packets were cut to before their fields were read (`u32::MAX`: none).
+    pub fn snap(&self) -> u32 {
+        self.header.snap
+    }
+
+    /// Offset in the capture stream of the damage that ended indexing, if the trace is damaged.
+    pub fn damage(&self) -> Option<u64> {
+        (self.header.damage != u64::MAX).then_some(self.header.damage)
+    }
+
+    /// Offsets of the trace's structures (for [`Seeker::new`]).
+    pub fn structure(&self) -> &[u64] {
+        &self.structure
+    }
+
+    /// Checks that `trace` is the file this index describes, unchanged (length, modification time, the checksums
+    /// of its first and last MiB, compression) and that packets are cut to the same snapshot length `snap`.
+    pub fn check_trace(&self, trace: &Path, compressed_code: Option<u8>, snap: u32) -> Result<(), IndexError> {
+        let stale = |why: String| IndexError::Stale { index: self.path.clone(), trace: trace.to_path_buf(), why };
+        let (len, mtime, head, tail) = identity(trace)?;
+        let h = &self.header;
+        if len != h.trace_len {
+            return Err(stale(format!("the trace has {len} bytes, the index was built on {}", h.trace_len)));
+        }
+        if mtime != h.mtime_ns {
+            return Err(stale("the trace was modified after it was indexed".into()));
+        }
+        if head != h.head_crc || tail != h.tail_crc {
+            return Err(stale("the trace's first or last MiB differs from what was indexed".into()));
+        }
+        if let Some(c) = compressed_code
+            && c != h.compression
+        {
+            return Err(stale("the trace's compression differs".into()));
+        }
+        if snap != h.snap {
+            return Err(stale(format!("packets are cut to {snap} bytes now, to {} when indexed", h.snap)));
+        }
+        Ok(())
+    }
+
+    /// Checks every chunk (checksum and structure) and returns the queryable view.
+    pub fn view(&self) -> Result<IndexView<'_>, IndexError> {
+        let chunks = self
+            .dir
+            .par_iter()
+            .map(|e| {
+                let corrupt = |why: String| IndexError::Corrupt { path: self.path.clone(), offset: e.offset, why };
+                let b = &self.bytes[e.offset as usize..(e.offset + e.len) as usize];
+                if crc32(b) != e.crc {
+                    return Err(corrupt("chunk checksum mismatch".into()));
+                }
+                ChunkView::parse(b, e).map_err(|why| corrupt(format!("chunk of packet {}: {why}", e.first_packet)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(IndexView { file: self, chunks })
+    }
+}
+
+type Tree<'a> = HuffmanWaveletTree<RsBitVector<LeBytes<'a>>, LeBytes<'a>>;
+
+/// One chunk of an index.
+#[derive(Debug)]
+pub struct ChunkView<'a> {
+    n: usize,
+    first_packet: u64,
+    base: u64,
+    wide: bool,
+    pages: &'a [u8],
+    blocks: &'a [u8],
+    keys: KeyTable<'a>,
+    tree: Tree<'a>,
+    t_min: u64,
+    t_max: u64,
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl<'a> ChunkView<'a> {
+    fn parse(b: &'a [u8], e: &DirEntry) -> Result<ChunkView<'a>, String> {
+        let mut c = Cursor::new(b);
+        let n = c.u32()? as usize;
+        let keys = c.u32()? as usize;
+        let first_packet = c.u64()?;
+        let base = c.u64()?;
+        let width = c.u32()?;
+        c.u32()?;
+        if n != e.packets as usize || first_packet != e.first_packet {
+            return Err("chunk header differs from the directory".into());
+        }
+        if width != 4 && width != 8 {
+            return Err(format!("offset width {width}, expected 4 or 8"));
+        }
+        let pages = c.bytes(n.div_ceil(PAGE) * 16)?;
+        let blocks = c.bytes(n.div_ceil(BLOCK) * width as usize)?;
+        c.align8()?;
+        let table = KeyTable::read(&mut c, keys)?;
+        c.align8()?;
+        let wt_len = c.u64()? as usize;
+        let wt = c.bytes(wt_len)?;
+        c.align8()?;
+        if !c.is_empty() {
+            return Err(format!("{} bytes after the wavelet tree", b.len() - c.pos()));
+        }
+        let tree = Tree::from_bytes(wt).map_err(|e| format!("wavelet tree: {e}"))?;
+        if tree.len() != n {
+            return Err(format!("the wavelet tree has {} symbols for {n} packets", tree.len()));
+        }
+        if let Some((s, _)) = tree.symbols().find(|&(s, _)| s as usize >= keys) {
+            return Err(format!("key id {s} is past the {keys} keys of the table"));
+        }
+        let v = ChunkView {
+            n,
+            first_packet,
+            base,
+            wide: width == 8,
+            pages,
+            blocks,
+            keys: table,
+            tree,
+            t_min: e.t_min,
+            t_max: e.t_max,
+        };
+        for p in 0..v.pages() {
+            let (lo, hi) = v.page(p);
+            if lo > hi || lo < v.t_min || hi > v.t_max {
+                return Err(format!("time page {p} is outside the chunk's time range"));
+            }
+        }
+        Ok(v)
+    }
+
+    /// Packets in the chunk.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the chunk is empty (never, for a chunk of a valid index).
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Index in the trace of the chunk's first packet.
+    pub fn first_packet(&self) -> u64 {
+        self.first_packet
+    }
+
+    /// Distinct keys of the chunk.
+    pub fn keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn pages(&self) -> usize {
+        self.n.div_ceil(PAGE)
+    }
+
+    fn page(&self, p: usize) -> (u64, u64) {
+        (le64(self.pages, p * 16), le64(self.pages, p * 16 + 8))
+    }
+
+    /// Stream offset of the first record of block `b`.
+    fn block_offset(&self, b: usize) -> u64 {
+        if self.wide {
+            self.base + le64(self.blocks, b * 8)
+        } else {
+            let o = b * 4;
+            self.base
+                + u64::from(u32::from_le_bytes([
+                    self.blocks[o],
+                    self.blocks[o + 1],
+                    self.blocks[o + 2],
+                    self.blocks[o + 3],
+                ]))
+        }
+    }
+
+    /// Which keys may satisfy `need`, time predicates answered by `time`.
+    fn key_set(&self, need: &Need, time: &dyn Fn(&Pred) -> bool) -> Vec<bool> {
+        match need {
+            Need::All => vec![true; self.keys.len()],
+            Need::Pred(p) if p.field == Field::Time => vec![time(p); self.keys.len()],
+            Need::Pred(p) => self.keys.eval(p),
+            Need::And(v) => v.iter().fold(vec![true; self.keys.len()], |mut acc, n| {
+                for (a, b) in acc.iter_mut().zip(self.key_set(n, time)) {
+                    *a &= b;
+                }
+                acc
+            }),
+            Need::Or(v) => v.iter().fold(vec![false; self.keys.len()], |mut acc, n| {
+                for (a, b) in acc.iter_mut().zip(self.key_set(n, time)) {
+                    *a |= b;
+                }
+                acc
+            }),
+        }
+    }
+
+    /// The packets (indexes in the chunk, ascending) that may satisfy `need`.
+    fn select(&self, need: &Need, time_preds: &[Pred]) -> Vec<u32> {
+        let overlaps =
+            |(lo, hi): (u64, u64), p: &Pred| p.mask != u128::MAX || (u128::from(lo) <= p.hi && p.lo <= u128::from(hi));
+        // Pages with the same answers to the time predicates form ranges with one key set each.
+        let mut out = Vec::new();
+        let mut p = 0;
+        while p < self.pages() {
+            let truth: Vec<bool> = time_preds.iter().map(|t| overlaps(self.page(p), t)).collect();
+            let mut q = p + 1;
+            while q < self.pages() && time_preds.iter().map(|t| overlaps(self.page(q), t)).eq(truth.iter().copied()) {
+                q += 1;
+            }
+            let set = self.key_set(need, &|t| time_preds.iter().position(|x| x == t).is_none_or(|i| truth[i]));
+            self.positions(&set, p * PAGE, (q * PAGE).min(self.n), &mut out);
+            p = q;
+        }
+        out
+    }
+
+    /// Appends the positions in `[l, r)` whose key is in `set`, ascending.
+    fn positions(&self, set: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
+        let members: Vec<u32> = (0..set.len() as u32).filter(|&k| set[k as usize]).collect();
+        if members.is_empty() {
+            return;
+        }
+        let total: usize = members.iter().map(|&k| self.tree.rank(k, r) - self.tree.rank(k, l)).sum();
+        if total == 0 {
+            return;
+        }
+        let start = out.len();
+        if total.saturating_mul(8) > r - l {
+            out.extend((l..r).filter(|&i| set[self.tree.access(i) as usize]).map(|i| i as u32));
+        } else {
+            for &k in &members {
+                out.extend(self.tree.positions(k, l, r).map(|i| i as u32));
+            }
+            out[start..].sort_unstable();
+        }
+    }
+
+    /// Packets of the chunk that may satisfy `pred` (for planning).
+    fn estimate(&self, pred: &Pred) -> u64 {
+        if pred.field == Field::Time {
+            let hit = (0..self.pages())
+                .filter(|&p| {
+                    let (lo, hi) = self.page(p);
+                    pred.mask != u128::MAX || (u128::from(lo) <= pred.hi && pred.lo <= u128::from(hi))
+                })
+                .count();
+            return (hit * PAGE).min(self.n) as u64;
+        }
+        let set = self.keys.eval(pred);
+        set.iter().enumerate().filter(|(_, s)| **s).map(|(k, _)| self.tree.count(k as u32) as u64).sum()
+    }
+}
+
+/// The packets an index selected: per chunk, the positions in the chunk, ascending.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// `(chunk, positions)` for every chunk with candidates.
+    pub chunks: Vec<(usize, Vec<u32>)>,
+}
+
+impl Selection {
+    /// Packets selected.
+    pub fn count(&self) -> u64 {
+        self.chunks.iter().map(|(_, v)| v.len() as u64).sum()
+    }
+}
+
+/// A checked index, ready to answer conditions.
+#[derive(Debug)]
+pub struct IndexView<'a> {
+    file: &'a IndexFile,
+    chunks: Vec<ChunkView<'a>>,
+}
+
+fn time_preds(need: &Need, out: &mut Vec<Pred>) {
+    match need {
+        Need::Pred(p) if p.field == Field::Time && !out.contains(p) => out.push(*p),
+        Need::And(v) | Need::Or(v) => v.iter().for_each(|n| time_preds(n, out)),
+        _ => {}
+    }
+}
+
+impl<'a> IndexView<'a> {
+    /// The index file.
+    pub fn file(&self) -> &'a IndexFile {
+        self.file
+    }
+
+    /// Packets indexed.
+    pub fn packets(&self) -> u64 {
+        self.file.packets()
+    }
+
+    /// The chunks.
+    pub fn chunks(&self) -> &[ChunkView<'a>] {
+        &self.chunks
+    }
+
+    /// Whether the index answers predicates on `field`.
+    pub fn has_field(&self, field: Field) -> bool {
+        KEY_FIELDS.contains(&field) || matches!(field, Field::WireLen | Field::Time)
+    }
+
+    /// Packets that may satisfy `pred`, from the key tables' counts and the time pages.
+    pub fn estimate(&self, pred: &Pred) -> u64 {
+        self.chunks.par_iter().map(|c| c.estimate(pred)).sum()
+    }
+
+    /// Every packet that may satisfy `need` (a superset of the packets that do; never fewer).
+    pub fn select(&self, need: &Need) -> Selection {
+        let mut tp = Vec::new();
+        time_preds(need, &mut tp);
+        let chunks = self
+            .chunks
+            .par_iter()
+            .enumerate()
+            .map(|(i, c)| (i, c.select(need, &tp)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        Selection { chunks }
+    }
+
+    /// Bytes of the trace that reading `sel` touches (the blocks holding its packets).
+    pub fn bytes_to_read(&self, sel: &Selection) -> u64 {
+        let stream_end = self.file.header.stream_len;
+        sel.chunks
+            .iter()
+            .map(|(ci, v)| {
+                let c = &self.chunks[*ci];
+                let end_of = |b: usize| {
+                    if (b + 1) * BLOCK < c.n {
+                        c.block_offset(b + 1)
+                    } else {
+                        self.chunks.get(ci + 1).map_or(stream_end, |n| n.block_offset(0))
+                    }
+                };
+                let mut last = usize::MAX;
+                let mut sum = 0;
+                for &i in v {
+                    let b = i as usize / BLOCK;
+                    if b != last {
+                        sum += end_of(b).saturating_sub(c.block_offset(b));
+                        last = b;
+                    }
+                }
+                sum
+            })
+            .sum()
+    }
+
+    /// Reads the packets of chunk `ci` at `positions` from the trace held in `data` (memory-mapped), checking
+    /// that each is the packet the index describes. `f` gets each packet's index in the trace and its record.
+    pub fn read_packets(
+        &self,
+        data: &'a [u8],
+        seeker: &Seeker,
+        trace: &Path,
+        ci: usize,
+        positions: &[u32],
+        f: &mut dyn FnMut(u64, Record<'a>) -> Result<(), IndexError>,
+    ) -> Result<(), IndexError> {
+        let c = &self.chunks[ci];
+        let stale = |why: String| IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why };
+        let snap = self.file.header.snap as usize;
+        // The walk: the next record's offset and its position in the chunk.
+        let mut at: Option<(u64, usize)> = None;
+        for &i in positions {
+            let i = i as usize;
+            let b = i / BLOCK;
+            let (mut off, mut j) = match at {
+                Some((off, j)) if j <= i && j / BLOCK == b => (off, j),
+                _ => (c.block_offset(b), b * BLOCK),
+            };
+            let rec = loop {
+                let rec = seeker.next_record_at(data, off).map_err(|e| {
+                    stale(format!("no packet {} where the index places it ({e})", c.first_packet + j as u64))
+                })?;
+                off = rec.offset + u64::from(rec.record_len);
+                j += 1;
+                if j > i {
+                    break rec;
+                }
+            };
+            at = Some((off, j));
+            let key = self.chunks[ci].tree.access(i) as usize;
+            let data_cut = &rec.data[..rec.data.len().min(snap)];
+            let fields = PacketFields::new(rec.linktype, data_cut, rec.wirelen, rec.ts_ns);
+            let (lo, hi) = c.page(i / PAGE);
+            if !c.keys.is_key_of(key, &fields, rec.wirelen) || rec.ts_ns < lo || rec.ts_ns > hi {
+                return Err(stale(format!(
+                    "packet {} at byte {} is not the packet the index describes",
+                    c.first_packet + i as u64,
+                    rec.offset
+                )));
+            }
+            f(c.first_packet + i as u64, rec)?;
+        }
+        Ok(())
+    }
+
+    /// Whether packet `i` of chunk `ci` has the key the index gives it, seen as `fields` (for streamed traces).
+    pub fn is_packet(&self, ci: usize, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> bool {
+        let c = &self.chunks[ci];
+        let (lo, hi) = c.page(i / PAGE);
+        c.keys.is_key_of(c.tree.access(i) as usize, fields, wirelen) && (lo..=hi).contains(&ts)
+    }
+}

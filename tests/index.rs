@@ -1,0 +1,297 @@
+//! The index (`pcaptool index`, indexed `pcaptool query`): on every trace of the corpus (../shared/corpus, real
+//! captures from public projects; skipped with a message when absent) and of testdata/, the packets the index
+//! selects for a filter's condition include every packet the filter matches; through the binary, indexed queries
+//! write the same bytes as the scan (which tests/filters.rs holds equal to libpcap) and as tcpdump; stale,
+//! damaged and foreign indexes are refused with a clear error.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pcaptool_index::{BuildOptions, IndexFile, build};
+use pcaptool_packet::{Compression, Compressor, FileFormat, LinkType, TraceReader};
+use pcaptool_query::{Filter, Target, plan};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
+use xtask::tracegen::{GenOptions, generate};
+
+fn table() -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join("tests/filters.txt")).expect("read tests/filters.txt");
+    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+}
+
+fn traces(step: usize) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
+        .expect("testdata/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+        .collect();
+    files.sort();
+    if let Some(c) = corpus_dir() {
+        files.extend(corpus_files(&c).iter().step_by(step).map(|f| c.join(f)));
+    }
+    files
+}
+
+fn pcaptool(args: &[&str]) -> Output {
+    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn err(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// For every trace and every filter of the table: every packet the filter matches is among the packets the index
+/// selects for the filter's condition (chunks of 1024 packets, so that many traces have several).
+#[test]
+fn index_selects_every_match_on_every_trace() {
+    let filters: Vec<(String, Filter)> =
+        table().into_iter().filter_map(|f| Some((f.clone(), Filter::new(&f).ok()?))).collect();
+    let tmp = TempDir::new("index-superset");
+    let (mut files, mut matches, mut candidates, mut decisions) = (0u64, 0u64, 0u64, 0u64);
+    for (n, trace) in traces(1).iter().enumerate() {
+        let idx = tmp.join(&format!("{n}.ptidx"));
+        let opts = BuildOptions { chunk_packets: 1024, snap: u32::MAX };
+        if build(trace, &idx, &opts, &|_| {}).is_err() {
+            continue; // unreadable from the start: nothing to index (the corpus test covers the error)
+        }
+        let file = IndexFile::open(&idx).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+        file.check_trace(trace, None, u32::MAX).unwrap();
+        let view = file.view().unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+        let mut r = TraceReader::open(trace).unwrap();
+        let swapped = match r.format() {
+            Some(FileFormat::Pcap { big_endian, .. }) | Some(FileFormat::PcapNg { big_endian }) => {
+                big_endian != cfg!(target_endian = "big")
+            }
+            _ => false,
+        };
+        let mut packets = Vec::new();
+        while let Some(Ok(rec)) = r.next_record() {
+            packets.push((rec.linktype.base(), rec.data.to_vec(), rec.wirelen, rec.ts_ns));
+        }
+        assert_eq!(packets.len() as u64, view.packets(), "{}: packets indexed", trace.display());
+        files += 1;
+        for (text, f) in &filters {
+            let need = plan::necessary(f);
+            let sel = view.select(&need);
+            let chosen: HashSet<u64> = sel
+                .chunks
+                .iter()
+                .flat_map(|(ci, v)| {
+                    let first = view.chunks()[*ci].first_packet();
+                    v.iter().map(move |&i| first + u64::from(i))
+                })
+                .collect();
+            candidates += chosen.len() as u64;
+            let mut compiled: Vec<(LinkType, Option<pcaptool_query::Matcher>)> = Vec::new();
+            for (i, (lt, data, wirelen, ts)) in packets.iter().enumerate() {
+                let m = match compiled.iter().find(|(l, _)| l == lt) {
+                    Some((_, m)) => m,
+                    None => {
+                        compiled.push((*lt, f.compile(Target { linktype: *lt, swapped }).ok()));
+                        &compiled.last().expect("pushed").1
+                    }
+                };
+                let Some(m) = m else { continue };
+                decisions += 1;
+                if m.matches(data, *wirelen, *ts) {
+                    matches += 1;
+                    assert!(
+                        chosen.contains(&(i as u64)),
+                        "{}: `{text}` matches packet {i}, which the index does not select for `{need}`",
+                        trace.display()
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "index: {files} traces, {decisions} packet decisions: all {matches} matches among the {candidates} packets the index selected"
+    );
+    assert!(files > 0 && matches > 0);
+}
+
+fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
+    let mut r = TraceReader::open(path).unwrap();
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        v.push((rec.ts_ns / 1000, rec.wirelen, rec.data.to_vec()));
+    }
+    v
+}
+
+/// Through the binary: indexed query == scan, byte for byte (and the same errors), on testdata and a sample of
+/// the corpus for a sample of the table; and == tcpdump's packets where tcpdump reads the trace.
+#[test]
+fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
+    let tcpdump = tool("tcpdump");
+    let tmp = TempDir::new("index-e2e");
+    let gen_path = tmp.join("gen.pcap");
+    let (bytes, _) = generate(Vec::new(), &GenOptions { packets: 30_000, ..GenOptions::default() }).unwrap();
+    std::fs::write(&gen_path, bytes).unwrap();
+    let mut files = vec![gen_path];
+    files.extend(traces(50));
+    let filters: Vec<String> = table().into_iter().step_by(7).collect();
+    let (mut compared, mut used_index, mut with_tcpdump) = (0, 0, 0);
+    for (n, trace) in files.iter().enumerate() {
+        // Index a copy, so that the corpus stays untouched.
+        let ext = trace.extension().and_then(|e| e.to_str()).unwrap_or("pcap");
+        let copy = tmp.join(&format!("t{n}.{ext}"));
+        std::fs::copy(trace, &copy).unwrap();
+        let built = pcaptool(&["index", p(&copy), "--chunk-packets", "2048"]);
+        if !built.status.success() && !copy.with_extension(format!("{ext}.ptidx")).exists() {
+            continue;
+        }
+        for (k, f) in filters.iter().enumerate() {
+            let a = tmp.join(&format!("{n}-{k}-index.out"));
+            let b = tmp.join(&format!("{n}-{k}-scan.out"));
+            let oa = pcaptool(&["query", p(&copy), f, "-w", p(&a), "--count", "--json"]);
+            let ob = pcaptool(&["query", "--scan", p(&copy), f, "-w", p(&b), "--count", "--json"]);
+            assert_eq!(oa.status.code(), ob.status.code(), "{}: `{f}`: exit codes: {}", trace.display(), err(&oa));
+            let strip = |o: &Output| err(o).replace(p(&copy), "TRACE");
+            assert_eq!(strip(&oa), strip(&ob), "{}: `{f}`: errors", trace.display());
+            if !oa.status.success() {
+                continue;
+            }
+            let ja: serde_json::Value = serde_json::from_slice(&oa.stdout).unwrap();
+            let jb: serde_json::Value = serde_json::from_slice(&ob.stdout).unwrap();
+            assert_eq!(ja["matched"], jb["matched"], "{}: `{f}`: counts", trace.display());
+            if ja.get("index_candidates").is_some() {
+                used_index += 1;
+            }
+            let (da, db) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+            assert!(da == db, "{}: `{f}`: indexed output differs from the scan's", trace.display());
+            compared += 1;
+            if let Some(tcpdump) = &tcpdump
+                && k % 3 == 0
+            {
+                let t = tmp.join(&format!("{n}-{k}-tcpdump.pcap"));
+                let o = Command::new(tcpdump).arg("-r").arg(&copy).arg("-w").arg(&t).arg(f).output().unwrap();
+                if o.status.success() && !err(&o).contains("truncated") {
+                    assert_eq!(records(&a), records(&t), "{}: `{f}`: indexed output vs tcpdump", trace.display());
+                    with_tcpdump += 1;
+                }
+            }
+            let _ = std::fs::remove_file(&a);
+            let _ = std::fs::remove_file(&b);
+        }
+    }
+    println!(
+        "indexed query: {compared} outputs identical to the scan's ({used_index} read through the index), {with_tcpdump} also identical to tcpdump's"
+    );
+    assert!(compared > 0 && used_index > 0);
+}
+
+fn gen_trace(dir: &TempDir, name: &str, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let opt = GenOptions { packets: 5_000, seed, ..GenOptions::default() };
+    let (bytes, _) = generate(Vec::new(), &opt).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// A changed trace, a damaged index, another trace's index: a clear error naming the files and what to do, no
+/// output file, and `--scan` still answers.
+#[test]
+fn stale_damaged_and_foreign_indexes_are_refused() {
+    let tmp = TempDir::new("index-stale");
+    let trace = gen_trace(&tmp, "a.pcap", 1);
+    let idx = PathBuf::from(format!("{}.ptidx", p(&trace)));
+    let out = tmp.join("out.pcap");
+    let query = |extra: &[&str]| {
+        let mut args = vec!["query", p(&trace), "host 10.0.1.5", "-w", p(&out)];
+        args.extend_from_slice(extra);
+        pcaptool(&args)
+    };
+    let index = || assert!(pcaptool(&["index", p(&trace)]).status.success());
+    let refused = |o: &Output, what: &str| {
+        assert_eq!(o.status.code(), Some(1), "{what}: {}", err(o));
+        let e = err(o);
+        assert_eq!(e.lines().count(), 1, "{what}: one line: {e}");
+        assert!(e.contains("pcaptool index") && e.contains("--scan"), "{what}: says what to do: {e}");
+        assert!(!out.exists(), "{what}: no output left behind");
+    };
+    index();
+    assert!(query(&[]).status.success());
+    let good = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+
+    // The trace grows.
+    let original = std::fs::read(&trace).unwrap();
+    let mut longer = original.clone();
+    let caplen = u32::from_le_bytes([original[32], original[33], original[34], original[35]]) as usize;
+    longer.extend_from_slice(&original[24..24 + 16 + caplen]); // the first record again
+    std::fs::write(&trace, &longer).unwrap();
+    refused(&query(&[]), "appended");
+    assert!(query(&["--scan"]).status.success(), "--scan ignores the index");
+    std::fs::remove_file(&out).unwrap();
+
+    // Same length, one byte changed in the middle (the modification time tells).
+    let mut changed = original.clone();
+    let mid = changed.len() / 2;
+    changed[mid] ^= 0xff;
+    std::fs::write(&trace, &changed).unwrap();
+    refused(&query(&[]), "changed");
+
+    // Rebuilt: answers again, identical to before on the original bytes.
+    std::fs::write(&trace, &original).unwrap();
+    index();
+    assert!(query(&[]).status.success());
+    assert_eq!(std::fs::read(&out).unwrap(), good);
+    std::fs::remove_file(&out).unwrap();
+
+    // Damaged index: truncated, a flipped byte in a chunk, not an index at all.
+    let ix = std::fs::read(&idx).unwrap();
+    std::fs::write(&idx, &ix[..ix.len() / 2]).unwrap();
+    refused(&query(&[]), "truncated index");
+    let mut flipped = ix.clone();
+    flipped[200] ^= 0x01;
+    std::fs::write(&idx, &flipped).unwrap();
+    let o = query(&[]);
+    refused(&o, "flipped index byte");
+    assert!(err(&o).contains("checksum"), "{}", err(&o));
+    std::fs::write(&idx, b"hello, not an index").unwrap();
+    let o = query(&[]);
+    refused(&o, "not an index");
+    assert!(err(&o).contains("not a pcaptool index"), "{}", err(&o));
+
+    // Another trace's index.
+    let other = gen_trace(&tmp, "b.pcap", 2);
+    assert!(pcaptool(&["index", p(&other)]).status.success());
+    std::fs::copy(format!("{}.ptidx", p(&other)), &idx).unwrap();
+    refused(&query(&[]), "foreign index");
+
+    // A missing trace.
+    let o = pcaptool(&["query", p(&tmp.join("missing.pcap")), "tcp", "--count"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("missing.pcap"), "{}", err(&o));
+}
+
+/// Compressed traces: indexed, and extraction (which streams them) returns what the scan returns.
+#[test]
+fn compressed_traces_are_indexed_and_queried() {
+    let tmp = TempDir::new("index-compressed");
+    let plain = gen_trace(&tmp, "plain.pcap", 3);
+    let bytes = std::fs::read(&plain).unwrap();
+    for c in [Compression::Gzip, Compression::Zstd, Compression::Lz4] {
+        let path = tmp.join(&format!("trace.pcap.{}", c.name()));
+        let mut w = Compressor::new(Vec::new(), Some(c)).unwrap();
+        std::io::Write::write_all(&mut w, &bytes).unwrap();
+        std::fs::write(&path, w.finish().unwrap()).unwrap();
+        let o = pcaptool(&["index", p(&path), "--chunk-packets", "1024"]);
+        assert!(o.status.success(), "{}: {}", c.name(), err(&o));
+        for f in ["host 10.0.1.5", "tcp port 22", "vlan 100", "udp and port 53"] {
+            let (a, b) = (tmp.join("a.out"), tmp.join("b.out"));
+            let oa = pcaptool(&["query", p(&path), f, "-w", p(&a), "--count", "--json"]);
+            let ob = pcaptool(&["query", "--scan", p(&path), f, "-w", p(&b)]);
+            assert!(oa.status.success() && ob.status.success(), "{}: {f}: {}", c.name(), err(&oa));
+            let ja: serde_json::Value = serde_json::from_slice(&oa.stdout).unwrap();
+            assert!(ja.get("index_candidates").is_some(), "{}: `{f}` used the index", c.name());
+            assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "{}: `{f}`", c.name());
+        }
+    }
+}
