@@ -18,7 +18,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   gen OUT [--packets N] [--size BYTES[K|M|G]] [--seed S] [--clients N] [--servers N]
                   write a deterministic Ethernet trace (pcap, ns) to OUT
-  demo            generate a small trace in example/ and run `pcaptool info` on it
+  demo            generate a small trace in example/ and run `pcaptool info`, `query` and `index` on it
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
   bench [--size BYTES[K|M|G]] [--keep]
@@ -131,6 +131,11 @@ fn demo() -> anyhow::Result<()> {
     run(Command::new(&bin).arg("query").arg(&ng).arg(filter).arg("-w").arg(&web).arg("--count"))?;
     eprintln!("\nhow that filter is evaluated (`--explain`):");
     run(Command::new(&bin).arg("query").arg(&ng).arg(filter).arg("--explain"))?;
+    eprintln!("\nindexing {} (`pcaptool index`), then one host's packets read through the index:", trace.display());
+    run(Command::new(&bin).arg("index").arg(&trace))?;
+    let host = dir.join("host.pcap");
+    run(Command::new(&bin).arg("query").arg(&trace).arg("host 10.0.3.130").arg("-w").arg(&host).arg("--count"))?;
+    run(Command::new(&bin).arg("query").arg(&trace).arg("host 10.0.3.130").arg("--explain"))?;
     Ok(())
 }
 
