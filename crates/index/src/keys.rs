@@ -5,21 +5,16 @@ use pcaptool_packet::{Field, FieldValue, PacketFields, Pred};
 
 use crate::format::{Cursor, Out};
 
-/// The header fields a key holds, in key order.
-pub const KEY_FIELDS: [Field; 12] = [
-    Field::LinkProto,
-    Field::EthSrc,
-    Field::EthDst,
-    Field::VlanId,
-    Field::Ip4Src,
-    Field::Ip4Dst,
-    Field::Ip6Src,
-    Field::Ip6Dst,
-    Field::IpProto,
-    Field::SrcPort,
-    Field::DstPort,
-    Field::TcpFlags,
-];
+/// The header fields a key holds, in key order: every field but wire length and time.
+pub const KEY_FIELDS: [Field; 12] = {
+    let mut a = [Field::LinkProto; 12];
+    let mut i = 0;
+    while i < a.len() {
+        a[i] = Field::ALL[i];
+        i += 1;
+    }
+    a
+};
 
 /// Upper bounds (inclusive) of the wire-length classes a key also holds.
 pub const LEN_BOUNDS: [u32; 8] = [64, 128, 256, 512, 1024, 1518, 9216, u32::MAX];

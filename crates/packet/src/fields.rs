@@ -67,7 +67,7 @@ pub enum Field {
 }
 
 impl Field {
-    /// Every field, in order.
+    /// Every field, in order: the header fields, then wire length and time.
     pub const ALL: [Field; 14] = [
         Field::LinkProto,
         Field::EthSrc,

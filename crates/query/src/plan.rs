@@ -195,21 +195,7 @@ fn constant(a: &Arith) -> Option<u32> {
     Some(match a {
         Arith::Num(v) => *v,
         Arith::Neg(a) => constant(a)?.wrapping_neg(),
-        Arith::Bin(op, a, b) => {
-            let (a, b) = (constant(a)?, constant(b)?);
-            match op {
-                ArithOp::Add => a.wrapping_add(b),
-                ArithOp::Sub => a.wrapping_sub(b),
-                ArithOp::Mul => a.wrapping_mul(b),
-                ArithOp::Div => a.checked_div(b)?,
-                ArithOp::Mod => a.checked_rem(b)?,
-                ArithOp::And => a & b,
-                ArithOp::Or => a | b,
-                ArithOp::Xor => a ^ b,
-                ArithOp::Shl => a.checked_shl(b).unwrap_or(0),
-                ArithOp::Shr => a.checked_shr(b).unwrap_or(0),
-            }
-        }
+        Arith::Bin(op, a, b) => op.apply(constant(a)?, constant(b)?)?,
         _ => return None,
     })
 }
