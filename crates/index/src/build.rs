@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 
 use crate::IndexError;
 use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32};
-use crate::keys::{Key, key_of, write_table};
+use crate::keys::{Key, flags_code, key_of, len_class, write_table};
 
 /// How to build.
 #[derive(Clone, Debug)]
@@ -83,6 +83,10 @@ struct ChunkInput {
     ids: Vec<u32>,
     /// Distinct keys, by id.
     keys: Vec<Key>,
+    /// TCP flags code of every packet.
+    flags: Vec<u32>,
+    /// Wire-length class of every packet.
+    lens: Vec<u32>,
     /// Earliest and latest timestamp of every page.
     pages: Vec<(u64, u64)>,
     /// Stream offset of the first record of every block.
@@ -136,30 +140,41 @@ fn cut<'a>(rec: &Record<'a>, snap: u32) -> &'a [u8] {
     &rec.data[..rec.data.len().min(snap as usize)]
 }
 
-fn key_of_record(rec: &Record<'_>, snap: u32) -> Key {
-    key_of(&PacketFields::new(rec.linktype, cut(rec, snap), rec.wirelen, rec.ts_ns), rec.wirelen)
+/// A packet's key, TCP flags code and wire-length class.
+fn facts_of_record(rec: &Record<'_>, snap: u32) -> (Key, u32, u32) {
+    let fields = PacketFields::new(rec.linktype, cut(rec, snap), rec.wirelen, rec.ts_ns);
+    (key_of(&fields), flags_code(&fields), u32::from(len_class(rec.wirelen)))
 }
 
 /// The chunk of `recs`: keys read in parallel, interned per batch, then merged in packet order.
 fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkInput {
-    let parts: Vec<(Vec<Key>, Vec<u32>)> = recs
+    type Part = (Vec<Key>, Vec<(u32, u32, u32)>);
+    let parts: Vec<Part> = recs
         .par_chunks(16_384)
         .map(|part| {
             let mut int = Interner::default();
-            let ids = part.iter().map(|r| int.id(&key_of_record(r, snap))).collect();
-            (int.keys, ids)
+            let facts = part
+                .iter()
+                .map(|r| {
+                    let (k, f, l) = facts_of_record(r, snap);
+                    (int.id(&k), f, l)
+                })
+                .collect();
+            (int.keys, facts)
         })
         .collect();
     let mut input = ChunkInput::new(first_packet);
     input.ids.reserve(recs.len());
     let mut int = Interner::default();
     let mut recs = recs.iter();
-    for (keys, ids) in parts {
+    for (keys, facts) in parts {
         let global: Vec<u32> = keys.iter().map(|k| int.id(k)).collect();
-        for id in ids {
+        for (id, flags, len) in facts {
             let r = recs.next().expect("one record per id");
             input.place(r.offset, r.ts_ns);
             input.ids.push(global[id as usize]);
+            input.flags.push(flags);
+            input.lens.push(len);
         }
     }
     input.keys = int.keys;
@@ -198,11 +213,12 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
     o.align8();
     write_table(&mut o, &input.keys);
     o.align8();
-    let wt = HuffmanWaveletTree::<RsBitVector>::from_symbols(input.ids.iter().copied());
-    let wt = wt.to_bytes();
-    o.u64(wt.len() as u64);
-    o.bytes(&wt);
-    o.align8();
+    for seq in [&input.ids, &input.flags, &input.lens] {
+        let wt = HuffmanWaveletTree::<RsBitVector>::from_symbols(seq.iter().copied()).to_bytes();
+        o.u64(wt.len() as u64);
+        o.bytes(&wt);
+        o.align8();
+    }
     Encoded {
         bytes: o.into_inner(),
         packets: n as u32,
@@ -352,8 +368,10 @@ pub fn build(
                     }
                     Some(Ok(r)) => {
                         input.place(r.offset, r.ts_ns);
-                        let id = int.id(&key_of_record(&r, opts.snap));
-                        input.ids.push(id);
+                        let (k, flags, len) = facts_of_record(&r, opts.snap);
+                        input.ids.push(int.id(&k));
+                        input.flags.push(flags);
+                        input.lens.push(len);
                         end = r.offset + u64::from(r.record_len);
                         packets += 1;
                         if input.len() == chunk as usize {

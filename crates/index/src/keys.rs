@@ -1,13 +1,15 @@
-//! Packet keys: the header fields of one packet packed into a fixed byte string, and the per-chunk key table that
-//! stores each distinct key once, column by column, with a sorted dictionary per field.
+//! Packet keys: the header fields of one packet that stay the same along a flow direction, packed into a fixed
+//! byte string, and the per-chunk key table that stores each distinct key once, column by column, with a sorted
+//! dictionary per field. TCP flags and the wire-length class change from packet to packet; they are sequences of
+//! their own (`flags_code`, `len_class`).
 
 use pcaptool_packet::{Field, FieldValue, PacketFields, Pred};
 
 use crate::format::{Cursor, Out};
 
-/// The header fields a key holds, in key order: every field but wire length and time.
-pub const KEY_FIELDS: [Field; 12] = {
-    let mut a = [Field::LinkProto; 12];
+/// The header fields a key holds, in key order: every field but TCP flags, wire length and time.
+pub const KEY_FIELDS: [Field; 11] = {
+    let mut a = [Field::LinkProto; 11];
     let mut i = 0;
     while i < a.len() {
         a[i] = Field::ALL[i];
@@ -16,7 +18,7 @@ pub const KEY_FIELDS: [Field; 12] = {
     a
 };
 
-/// Upper bounds (inclusive) of the wire-length classes a key also holds.
+/// Upper bounds (inclusive) of the wire-length classes the index keeps per packet.
 pub const LEN_BOUNDS: [u32; 8] = [64, 128, 256, 512, 1024, 1518, 9216, u32::MAX];
 
 /// Bytes of a field's value in a key and in a dictionary.
@@ -33,7 +35,7 @@ pub(crate) const fn width(f: Field) -> usize {
 }
 
 const fn key_bytes() -> usize {
-    let mut n = 1; // the length class
+    let mut n = 0;
     let mut i = 0;
     while i < KEY_FIELDS.len() {
         n += 1 + width(KEY_FIELDS[i]);
@@ -45,8 +47,7 @@ const fn key_bytes() -> usize {
 /// Bytes of a packed key.
 pub(crate) const KEY_BYTES: usize = key_bytes();
 
-/// One packet's key: per field a tag (0 missing, 1 unknown, 2 present) and the value big-endian, then the length
-/// class.
+/// One packet's key: per field a tag (0 missing, 1 unknown, 2 present) and the value big-endian.
 pub(crate) type Key = [u8; KEY_BYTES];
 
 /// The class of a wire length.
@@ -54,8 +55,42 @@ pub(crate) fn len_class(wirelen: u32) -> u8 {
     LEN_BOUNDS.iter().position(|&b| wirelen <= b).unwrap_or(LEN_BOUNDS.len() - 1) as u8
 }
 
+/// The code of a field value in a sequence or a key table column: 0 missing, 1 unknown, `2 + v` present.
+pub(crate) fn code_of(v: FieldValue) -> u32 {
+    match v {
+        FieldValue::Missing => 0,
+        FieldValue::Unknown => 1,
+        FieldValue::Value(v) => 2 + v as u32,
+    }
+}
+
+/// The TCP flags of a packet as a sequence symbol ([`code_of`]).
+pub(crate) fn flags_code(fields: &PacketFields<'_>) -> u32 {
+    code_of(fields.get(Field::TcpFlags))
+}
+
+/// Whether a sequence symbol ([`code_of`]) may satisfy `pred`.
+pub(crate) fn code_may(code: u32, pred: &Pred) -> bool {
+    match code {
+        0 => false,
+        1 => true,
+        c => pred.holds(u128::from(c - 2)),
+    }
+}
+
+/// Whether a packet of wire-length class `class` may satisfy the wire-length predicate `pred`.
+pub(crate) fn class_may(class: u32, pred: &Pred) -> bool {
+    if pred.mask != u128::MAX {
+        return true;
+    }
+    let c = class as usize;
+    let min = if c == 0 { 0 } else { u128::from(LEN_BOUNDS[c - 1]) + 1 };
+    let max = u128::from(LEN_BOUNDS[c.min(LEN_BOUNDS.len() - 1)]);
+    min <= pred.hi && pred.lo <= max
+}
+
 /// The key of a packet.
-pub(crate) fn key_of(fields: &PacketFields<'_>, wirelen: u32) -> Key {
+pub(crate) fn key_of(fields: &PacketFields<'_>) -> Key {
     let mut k = [0u8; KEY_BYTES];
     let mut at = 0;
     for f in KEY_FIELDS {
@@ -70,7 +105,6 @@ pub(crate) fn key_of(fields: &PacketFields<'_>, wirelen: u32) -> Key {
         }
         at += 1 + w;
     }
-    k[at] = len_class(wirelen);
     k
 }
 
@@ -79,7 +113,7 @@ fn be(b: &[u8]) -> u128 {
 }
 
 /// Writes the key table of `keys`: per field a sorted dictionary of present values and one code per key
-/// (0 missing, 1 unknown, 2 + dictionary index), packed in the fewest bits; then one length class byte per key.
+/// (0 missing, 1 unknown, 2 + dictionary index), packed in the fewest bits.
 pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
     let mut at = 0;
     for f in KEY_FIELDS {
@@ -105,7 +139,6 @@ pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
         out.bytes(&packed.finish());
         at += 1 + w;
     }
-    out.bytes(&keys.iter().map(|k| k[at]).collect::<Vec<u8>>());
 }
 
 /// Bits of a code for a dictionary of `n` values.
@@ -193,7 +226,6 @@ impl Column<'_> {
 pub(crate) struct KeyTable<'a> {
     keys: usize,
     columns: Vec<Column<'a>>,
-    len_class: &'a [u8],
 }
 
 impl<'a> KeyTable<'a> {
@@ -219,11 +251,7 @@ impl<'a> KeyTable<'a> {
             }
             columns.push(col);
         }
-        let len_class = c.bytes(keys)?;
-        if let Some(k) = len_class.iter().position(|&l| usize::from(l) >= LEN_BOUNDS.len()) {
-            return Err(format!("length class of key {k} is out of range"));
-        }
-        Ok(KeyTable { keys, columns, len_class })
+        Ok(KeyTable { keys, columns })
     }
 
     /// Keys in the table.
@@ -235,20 +263,8 @@ impl<'a> KeyTable<'a> {
         self.columns.iter().find(|c| c.field == f)
     }
 
-    /// Which keys may satisfy `pred` (wire-length predicates by class, so a key of an overlapping class may).
+    /// Which keys may satisfy `pred`, a predicate on a key field (others: every key may).
     pub(crate) fn eval(&self, pred: &Pred) -> Vec<bool> {
-        if pred.field == Field::WireLen {
-            let lo = if pred.mask == u128::MAX { pred.lo } else { 0 };
-            let hi = if pred.mask == u128::MAX { pred.hi } else { u128::MAX };
-            let class_ok: Vec<bool> = (0..LEN_BOUNDS.len())
-                .map(|c| {
-                    let min = if c == 0 { 0 } else { u128::from(LEN_BOUNDS[c - 1]) + 1 };
-                    let max = u128::from(LEN_BOUNDS[c]);
-                    min <= hi && lo <= max
-                })
-                .collect();
-            return self.len_class.iter().map(|&c| class_ok[usize::from(c)]).collect();
-        }
         let Some(col) = self.column(pred.field) else { return vec![true; self.keys] };
         // Truth per code: missing fails, unknown may, values as the predicate says.
         let mut truth = vec![false, true];
@@ -262,14 +278,9 @@ impl<'a> KeyTable<'a> {
         self.column(field).map_or(FieldValue::Unknown, |c| c.value(k))
     }
 
-    /// The length class of key `k`.
-    pub(crate) fn len_class(&self, k: usize) -> u8 {
-        self.len_class[k]
-    }
-
     /// Whether key `k` is the key of these fields (the check that the trace still holds the indexed packet).
-    pub(crate) fn is_key_of(&self, k: usize, fields: &PacketFields<'_>, wirelen: u32) -> bool {
-        self.len_class(k) == len_class(wirelen) && self.columns.iter().all(|c| c.value(k) == fields.get(c.field))
+    pub(crate) fn is_key_of(&self, k: usize, fields: &PacketFields<'_>) -> bool {
+        self.columns.iter().all(|c| c.value(k) == fields.get(c.field))
     }
 }
 
@@ -294,8 +305,8 @@ mod tests {
         let frames = [frame([10, 0, 0, 1], 53), frame([10, 0, 0, 2], 53), frame([9, 9, 9, 9], 123)];
         let mut keys: Vec<Key> = frames
             .iter()
-            .map(|f| key_of(&PacketFields::new(LinkType::ETHERNET, f, 60, 0), 60))
-            .chain([key_of(&PacketFields::new(LinkType(101), &frames[0], 1500, 0), 1500)])
+            .map(|f| key_of(&PacketFields::new(LinkType::ETHERNET, f, 60, 0)))
+            .chain([key_of(&PacketFields::new(LinkType(101), &frames[0], 1500, 0))])
             .collect();
         keys.dedup();
         let mut out = Out::default();
@@ -309,10 +320,13 @@ mod tests {
         let p = Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0aff_ffff);
         assert_eq!(t.eval(&p), vec![true, true, false, true]);
         let p = Pred::range(Field::WireLen, 1000, 1100);
-        assert_eq!(t.eval(&p), vec![false, false, false, true]);
+        assert!((0..8).filter(|&c| class_may(c, &p)).eq([4, 5]));
+        assert_eq!(len_class(1100), 5);
         for (k, f) in frames.iter().enumerate() {
-            assert!(t.is_key_of(k, &PacketFields::new(LinkType::ETHERNET, f, 60, 0), 60));
+            assert!(t.is_key_of(k, &PacketFields::new(LinkType::ETHERNET, f, 60, 0)));
         }
-        assert!(!t.is_key_of(0, &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0), 60));
+        assert!(!t.is_key_of(0, &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0)));
+        let syn = Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 };
+        assert!(!code_may(0, &syn) && code_may(1, &syn) && code_may(2 + 0x12, &syn) && !code_may(2 + 0x10, &syn));
     }
 }

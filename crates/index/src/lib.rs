@@ -3,10 +3,12 @@
 //!
 //! Per chunk of packets (1,048,576 by default) the index keeps:
 //! - a **key table**: every distinct combination of the header fields of [`KEY_FIELDS`] (Ethernet addresses,
-//!   VLAN id, IPv4/IPv6 addresses, protocol, ports, TCP flags) plus a wire-length class, stored once, column by
-//!   column, each column a sorted dictionary (so prefixes and ranges are dictionary ranges) and bit-packed codes;
-//! - the **key id of every packet** in a Huffman-shaped wavelet tree (`pcaptool-wavelet`): the packets of the
-//!   keys that satisfy a condition come out by `select`, their number by `rank`;
+//!   VLAN id, IPv4/IPv6 addresses, protocol, ports: what stays the same along a flow direction), stored once,
+//!   column by column, each column a sorted dictionary (so prefixes and ranges are dictionary ranges) and
+//!   bit-packed codes;
+//! - the **key id, TCP flags and wire-length class of every packet**, three sequences in Huffman-shaped wavelet
+//!   trees (`pcaptool-wavelet`): the packets whose symbols satisfy a condition come out by `select`, their number
+//!   by `rank`; a conjunction is driven by its most selective part and the rest checked per candidate;
 //! - the **earliest and latest timestamp of every page** of 1024 packets, for time windows;
 //! - the **offset of every block** of 64 records: a packet is read by walking at most 63 records from there.
 //!

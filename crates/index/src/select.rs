@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use crate::IndexError;
 use crate::build::identity;
 use crate::format::{BLOCK, Cursor, HEADER_LEN, Header, PAGE, crc32};
-use crate::keys::{KEY_FIELDS, KeyTable};
+use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_may, code_may, flags_code, len_class};
 
 #[derive(Clone, Copy, Debug)]
 struct DirEntry {
@@ -188,7 +188,12 @@ pub struct ChunkView<'a> {
     pages: &'a [u8],
     blocks: &'a [u8],
     keys: KeyTable<'a>,
+    /// Key id of every packet.
     tree: Tree<'a>,
+    /// TCP flags code of every packet.
+    flags: Tree<'a>,
+    /// Wire-length class of every packet.
+    lens: Tree<'a>,
     t_min: u64,
     t_max: u64,
 }
@@ -219,18 +224,23 @@ impl<'a> ChunkView<'a> {
         c.align8()?;
         let table = KeyTable::read(&mut c, keys)?;
         c.align8()?;
-        let wt_len = c.u64()? as usize;
-        let wt = c.bytes(wt_len)?;
-        c.align8()?;
+        let mut tree = |what: &str, limit: usize| -> Result<Tree<'a>, String> {
+            let len = c.u64()? as usize;
+            let t = Tree::from_bytes(c.bytes(len)?).map_err(|e| format!("{what} wavelet tree: {e}"))?;
+            c.align8()?;
+            if t.len() != n {
+                return Err(format!("the {what} wavelet tree has {} symbols for {n} packets", t.len()));
+            }
+            if let Some((s, _)) = t.symbols().find(|&(s, _)| s as usize >= limit) {
+                return Err(format!("{what} symbol {s} is out of range (below {limit})"));
+            }
+            Ok(t)
+        };
+        let keys_tree = tree("key id", keys)?;
+        let flags = tree("TCP flags", FLAG_CODES as usize)?;
+        let lens = tree("length class", LEN_BOUNDS.len())?;
         if !c.is_empty() {
-            return Err(format!("{} bytes after the wavelet tree", b.len() - c.pos()));
-        }
-        let tree = Tree::from_bytes(wt).map_err(|e| format!("wavelet tree: {e}"))?;
-        if tree.len() != n {
-            return Err(format!("the wavelet tree has {} symbols for {n} packets", tree.len()));
-        }
-        if let Some((s, _)) = tree.symbols().find(|&(s, _)| s as usize >= keys) {
-            return Err(format!("key id {s} is past the {keys} keys of the table"));
+            return Err(format!("{} bytes after the wavelet trees", b.len() - c.pos()));
         }
         let v = ChunkView {
             n,
@@ -240,7 +250,9 @@ impl<'a> ChunkView<'a> {
             pages,
             blocks,
             keys: table,
-            tree,
+            tree: keys_tree,
+            flags,
+            lens,
             t_min: e.t_min,
             t_max: e.t_max,
         };
@@ -251,6 +263,15 @@ impl<'a> ChunkView<'a> {
             }
         }
         Ok(v)
+    }
+
+    /// Whether packet `i` has the key, flags, length class and time the index gives it.
+    fn is_packet(&self, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> bool {
+        let (lo, hi) = self.page(i / PAGE);
+        self.keys.is_key_of(self.tree.access(i) as usize, fields)
+            && self.flags.access(i) == flags_code(fields)
+            && self.lens.access(i) == u32::from(len_class(wirelen))
+            && (lo..=hi).contains(&ts)
     }
 
     /// Packets in the chunk.
@@ -297,32 +318,99 @@ impl<'a> ChunkView<'a> {
         }
     }
 
-    /// Which keys may satisfy `need`, time predicates answered by `time`.
-    fn key_set(&self, need: &Need, time: &dyn Fn(&Pred) -> bool) -> Vec<bool> {
+    /// `need` prepared for this chunk: truth tables per key, flags code and length class; time predicates by
+    /// their index in `time_preds`.
+    fn prepare(&self, need: &Need, time_preds: &[Pred]) -> Prep {
         match need {
-            Need::All => vec![true; self.keys.len()],
-            Need::Pred(p) if p.field == Field::Time => vec![time(p); self.keys.len()],
-            Need::Pred(p) => self.keys.eval(p),
-            Need::And(v) => v.iter().fold(vec![true; self.keys.len()], |mut acc, n| {
-                for (a, b) in acc.iter_mut().zip(self.key_set(n, time)) {
-                    *a &= b;
+            Need::All => Prep::All,
+            Need::Pred(p) => match p.field {
+                Field::Time => Prep::Time(time_preds.iter().position(|t| t == p).unwrap_or(usize::MAX)),
+                Field::TcpFlags => Prep::Flags((0..FLAG_CODES).map(|c| code_may(c, p)).collect()),
+                Field::WireLen => Prep::Lens((0..LEN_BOUNDS.len() as u32).map(|c| class_may(c, p)).collect()),
+                f if KEY_FIELDS.contains(&f) => Prep::Keys(self.keys.eval(p)),
+                _ => Prep::All,
+            },
+            Need::And(v) => Prep::And(v.iter().map(|n| self.prepare(n, time_preds)).collect()),
+            Need::Or(v) => Prep::Or(v.iter().map(|n| self.prepare(n, time_preds)).collect()),
+        }
+    }
+
+    /// Packets of `[l, r)` whose symbol in `tree` is one that `truth` accepts.
+    fn count_in(tree: &Tree<'_>, truth: &[bool], l: usize, r: usize) -> usize {
+        tree.symbols()
+            .filter(|&(s, _)| truth.get(s as usize).copied().unwrap_or(false))
+            .map(|(s, _)| tree.rank(s, r) - tree.rank(s, l))
+            .sum()
+    }
+
+    /// An upper bound of the packets of `[l, r)` that may satisfy `prep` (rank counts; `truth` answers time).
+    fn estimate_in(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> usize {
+        match prep {
+            Prep::All => r - l,
+            Prep::Time(i) => truth.get(*i).is_none_or(|t| *t) as usize * (r - l),
+            Prep::Keys(t) => Self::count_in(&self.tree, t, l, r),
+            Prep::Flags(t) => Self::count_in(&self.flags, t, l, r),
+            Prep::Lens(t) => Self::count_in(&self.lens, t, l, r),
+            Prep::And(v) => v.iter().map(|p| self.estimate_in(p, l, r, truth)).min().unwrap_or(r - l),
+            Prep::Or(v) => v.iter().map(|p| self.estimate_in(p, l, r, truth)).sum::<usize>().min(r - l),
+        }
+    }
+
+    /// A superset of the packets of `[l, r)` satisfying `prep`, ascending (`None`: all of them).
+    fn drive(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> Option<Vec<u32>> {
+        let from = |tree: &Tree<'_>, t: &[bool]| {
+            let mut out = Vec::new();
+            positions(tree, t, l, r, &mut out);
+            Some(out)
+        };
+        match prep {
+            Prep::All => None,
+            Prep::Time(i) => {
+                if truth.get(*i).is_none_or(|t| *t) {
+                    None
+                } else {
+                    Some(Vec::new())
                 }
-                acc
-            }),
-            Need::Or(v) => v.iter().fold(vec![false; self.keys.len()], |mut acc, n| {
-                for (a, b) in acc.iter_mut().zip(self.key_set(n, time)) {
-                    *a |= b;
+            }
+            Prep::Keys(t) => from(&self.tree, t),
+            Prep::Flags(t) => from(&self.flags, t),
+            Prep::Lens(t) => from(&self.lens, t),
+            Prep::And(v) => {
+                let best = v.iter().min_by_key(|p| self.estimate_in(p, l, r, truth))?;
+                self.drive(best, l, r, truth)
+            }
+            Prep::Or(v) => {
+                let mut out = Vec::new();
+                for p in v {
+                    out.extend(self.drive(p, l, r, truth)?);
                 }
-                acc
-            }),
+                out.sort_unstable();
+                out.dedup();
+                Some(out)
+            }
+        }
+    }
+
+    /// Whether packet `i` may satisfy `prep` (`truth` answers time predicates for its page).
+    fn may(&self, prep: &Prep, i: usize, truth: &[bool], key: &mut Option<u32>) -> bool {
+        match prep {
+            Prep::All => true,
+            Prep::Time(t) => truth.get(*t).is_none_or(|t| *t),
+            Prep::Keys(t) => t[*key.get_or_insert_with(|| self.tree.access(i)) as usize],
+            Prep::Flags(t) => t.get(self.flags.access(i) as usize).copied().unwrap_or(false),
+            Prep::Lens(t) => t.get(self.lens.access(i) as usize).copied().unwrap_or(false),
+            Prep::And(v) => v.iter().all(|p| self.may(p, i, truth, key)),
+            Prep::Or(v) => v.iter().any(|p| self.may(p, i, truth, key)),
         }
     }
 
     /// The packets (indexes in the chunk, ascending) that may satisfy `need`.
     fn select(&self, need: &Need, time_preds: &[Pred]) -> Vec<u32> {
+        let prep = self.prepare(need, time_preds);
+        let leaf = !matches!(prep, Prep::And(_) | Prep::Or(_));
         let overlaps =
             |(lo, hi): (u64, u64), p: &Pred| p.mask != u128::MAX || (u128::from(lo) <= p.hi && p.lo <= u128::from(hi));
-        // Pages with the same answers to the time predicates form ranges with one key set each.
+        // Pages with the same answers to the time predicates form ranges, each selected at once.
         let mut out = Vec::new();
         let mut p = 0;
         while p < self.pages() {
@@ -331,32 +419,15 @@ impl<'a> ChunkView<'a> {
             while q < self.pages() && time_preds.iter().map(|t| overlaps(self.page(q), t)).eq(truth.iter().copied()) {
                 q += 1;
             }
-            let set = self.key_set(need, &|t| time_preds.iter().position(|x| x == t).is_none_or(|i| truth[i]));
-            self.positions(&set, p * PAGE, (q * PAGE).min(self.n), &mut out);
+            let (l, r) = (p * PAGE, (q * PAGE).min(self.n));
+            match self.drive(&prep, l, r, &truth) {
+                Some(v) if leaf => out.extend(v),
+                Some(v) => out.extend(v.into_iter().filter(|&i| self.may(&prep, i as usize, &truth, &mut None))),
+                None => out.extend((l..r).filter(|&i| self.may(&prep, i, &truth, &mut None)).map(|i| i as u32)),
+            }
             p = q;
         }
         out
-    }
-
-    /// Appends the positions in `[l, r)` whose key is in `set`, ascending.
-    fn positions(&self, set: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
-        let members: Vec<u32> = (0..set.len() as u32).filter(|&k| set[k as usize]).collect();
-        if members.is_empty() {
-            return;
-        }
-        let total: usize = members.iter().map(|&k| self.tree.rank(k, r) - self.tree.rank(k, l)).sum();
-        if total == 0 {
-            return;
-        }
-        let start = out.len();
-        if total.saturating_mul(8) > r - l {
-            out.extend((l..r).filter(|&i| set[self.tree.access(i) as usize]).map(|i| i as u32));
-        } else {
-            for &k in &members {
-                out.extend(self.tree.positions(k, l, r).map(|i| i as u32));
-            }
-            out[start..].sort_unstable();
-        }
     }
 
     /// Packets of the chunk that may satisfy `pred` (for planning).
@@ -370,8 +441,47 @@ impl<'a> ChunkView<'a> {
                 .count();
             return (hit * PAGE).min(self.n) as u64;
         }
-        let set = self.keys.eval(pred);
-        set.iter().enumerate().filter(|(_, s)| **s).map(|(k, _)| self.tree.count(k as u32) as u64).sum()
+        let prep = self.prepare(&Need::Pred(*pred), &[]);
+        self.estimate_in(&prep, 0, self.n, &[]) as u64
+    }
+}
+
+/// Flags codes: missing, unknown, and the 256 flag bytes.
+const FLAG_CODES: u32 = 2 + 256;
+
+/// A condition prepared for one chunk.
+#[derive(Debug)]
+enum Prep {
+    All,
+    /// Truth per key id.
+    Keys(Vec<bool>),
+    /// Truth per TCP flags code.
+    Flags(Vec<bool>),
+    /// Truth per wire-length class.
+    Lens(Vec<bool>),
+    /// The time predicate with this index.
+    Time(usize),
+    And(Vec<Prep>),
+    Or(Vec<Prep>),
+}
+
+/// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them, by
+/// one pass of `access` for many.
+fn positions(tree: &Tree<'_>, truth: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
+    let ok = |s: u32| truth.get(s as usize).copied().unwrap_or(false);
+    let members: Vec<u32> = tree.symbols().map(|(s, _)| s).filter(|&s| ok(s)).collect();
+    let total: usize = members.iter().map(|&k| tree.rank(k, r) - tree.rank(k, l)).sum();
+    if total == 0 {
+        return;
+    }
+    let start = out.len();
+    if total.saturating_mul(8) > r - l {
+        out.extend((l..r).filter(|&i| ok(tree.access(i))).map(|i| i as u32));
+    } else {
+        for &k in &members {
+            out.extend(tree.positions(k, l, r).map(|i| i as u32));
+        }
+        out[start..].sort_unstable();
     }
 }
 
@@ -422,7 +532,7 @@ impl<'a> IndexView<'a> {
 
     /// Whether the index answers predicates on `field`.
     pub fn has_field(&self, field: Field) -> bool {
-        KEY_FIELDS.contains(&field) || matches!(field, Field::WireLen | Field::Time)
+        KEY_FIELDS.contains(&field) || matches!(field, Field::TcpFlags | Field::WireLen | Field::Time)
     }
 
     /// Packets that may satisfy `pred`, from the key tables' counts and the time pages.
@@ -506,11 +616,9 @@ impl<'a> IndexView<'a> {
                 }
             };
             at = Some((off, j));
-            let key = self.chunks[ci].tree.access(i) as usize;
             let data_cut = &rec.data[..rec.data.len().min(snap)];
             let fields = PacketFields::new(rec.linktype, data_cut, rec.wirelen, rec.ts_ns);
-            let (lo, hi) = c.page(i / PAGE);
-            if !c.keys.is_key_of(key, &fields, rec.wirelen) || rec.ts_ns < lo || rec.ts_ns > hi {
+            if !c.is_packet(i, &fields, rec.wirelen, rec.ts_ns) {
                 return Err(stale(format!(
                     "packet {} at byte {} is not the packet the index describes",
                     c.first_packet + i as u64,
@@ -524,8 +632,6 @@ impl<'a> IndexView<'a> {
 
     /// Whether packet `i` of chunk `ci` has the key the index gives it, seen as `fields` (for streamed traces).
     pub fn is_packet(&self, ci: usize, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> bool {
-        let c = &self.chunks[ci];
-        let (lo, hi) = c.page(i / PAGE);
-        c.keys.is_key_of(c.tree.access(i) as usize, fields, wirelen) && (lo..=hi).contains(&ts)
+        self.chunks[ci].is_packet(i, fields, wirelen, ts)
     }
 }
