@@ -119,13 +119,21 @@ fn pcap_parser_walk(d: &[u8]) -> u64 {
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let mut size = 1536u64 << 20;
+    let mut packets = 10_000_000u64;
     let mut only: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--size" => size = parse_size(it.next().context("--size needs a value")?)?,
-            "--only" => only = Some(it.next().context("--only needs walk, commands or query")?.clone()),
+            "--packets" => packets = it.next().context("--packets needs a value")?.parse()?,
+            "--only" => only = Some(it.next().context("--only needs walk, commands, query or index")?.clone()),
             s => bail!("unknown argument {s:?}"),
+        }
+    }
+    if only.as_deref() == Some("index") || only.is_none() {
+        index_section(packets)?;
+        if only.is_some() {
+            return Ok(());
         }
     }
     let dir = root().join("target/bench");
@@ -260,6 +268,73 @@ fn query_section(bin: &Path, tcpdump: Option<&Path>, trace: &Path, n: u64, gb: f
             theirs.map_or("n/a".to_string(), rate),
             rate(ours),
             theirs.map_or("n/a".to_string(), |t| format!("{:.2}", t.as_secs_f64() / ours.as_secs_f64()))
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// The index against tcpdump on a trace of `packets` packets (default 10M, over 2 GB): build time against one
+/// tcpdump filter pass, index size, a needle query (≤ 0.05% of the packets, a new process each time, so the index
+/// is loaded and checked each time) and a bulk query (≥ 40% of the bytes).
+fn index_section(packets: u64) -> anyhow::Result<()> {
+    let dir = root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let trace = dir.join(format!("trace-{}M.pcap", packets / 1_000_000));
+    let opt = GenOptions { packets, ..GenOptions::default() };
+    if !trace.exists() {
+        eprintln!("generating {} ({packets} packets, seed {})...", trace.display(), opt.seed);
+        let t = Instant::now();
+        let s = gen_file(&trace, &opt)?;
+        eprintln!("  {} packets, {} bytes, {} flows in {:.1?}", s.packets, s.bytes, s.flows, t.elapsed());
+    }
+    let bin = build_pcaptool()?;
+    let tcpdump = which("tcpdump").context("the index benchmark compares with tcpdump: install it")?;
+    let trace_bytes = std::fs::metadata(&trace)?.len();
+    // Warm the page cache (the trace fits in memory on the benchmark machine).
+    drop(std::fs::read(&trace)?);
+    println!("trace: {} ({packets} packets, {:.2} GB, page-cached)", trace.display(), trace_bytes as f64 / 1e9);
+    println!();
+    let index = PathBuf::from(format!("{}.ptidx", trace.display()));
+    let _ = std::fs::remove_file(&index);
+    let t_build = command_time(1, Command::new(&bin).arg("index").arg(&trace))?;
+    let t_pass = command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
+    let index_bytes = std::fs::metadata(&index)?.len();
+    println!("| measure | pcaptool | tcpdump | ratio | goal |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| index build vs one filter pass (`tcp port 80`) | {:.2} s | {:.2} s | {:.2} | build ≤ 1 pass |",
+        t_build.as_secs_f64(),
+        t_pass.as_secs_f64(),
+        t_build.as_secs_f64() / t_pass.as_secs_f64()
+    );
+    println!(
+        "| index size | {index_bytes} B: {:.3} B/packet, {:.3}% of the trace | | | ≤ 1.5 B/packet, ≤ 1% |",
+        index_bytes as f64 / packets as f64,
+        100.0 * index_bytes as f64 / trace_bytes as f64
+    );
+    for (what, filter, goal) in [
+        ("needle", "host 10.0.1.25", "≥ 200× faster, ≤ 0.05% of packets"),
+        ("needle", "host 10.0.7.99 and tcp port 443", "≥ 200× faster, ≤ 0.05% of packets"),
+        ("bulk", "tcp port 443", "≥ 1.5× faster, ≥ 40% of bytes"),
+    ] {
+        let out = dir.join("index-bench.out");
+        let count = Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["--count", "--json", "-w"]).arg(&out).output()?;
+        let j: serde_json::Value = serde_json::from_slice(&count.stdout).context("query --json output")?;
+        let matched = j["matched"].as_u64().unwrap_or(0);
+        let via_index = j.get("index_candidates").is_some();
+        let out_bytes = std::fs::metadata(&out)?.len();
+        let _ = std::fs::remove_file(&out);
+        let ours = command_time(5, Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["-w", "/dev/null"]))?;
+        let theirs = command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(filter))?;
+        println!(
+            "| {what} `{filter}`: {matched} packets ({:.4}% of packets, {:.1}% of bytes){} | {:.4} s | {:.2} s | {:.1}× | {goal} |",
+            100.0 * matched as f64 / packets as f64,
+            100.0 * out_bytes as f64 / trace_bytes as f64,
+            if via_index { ", through the index" } else { ", scanned" },
+            ours.as_secs_f64(),
+            theirs.as_secs_f64(),
+            theirs.as_secs_f64() / ours.as_secs_f64()
         );
     }
     println!();

@@ -288,6 +288,14 @@ pub fn generate<W: Write>(w: W, opt: &GenOptions) -> Result<(W, GenStats), Write
     Ok((out.finish()?, stats))
 }
 
+/// A Pareto-distributed count (shape `alpha`, scale `xm`), at most `cap`: flow sizes are heavy-tailed, most flows
+/// short and most packets in long ones.
+fn pareto(rng: &mut Rng, alpha: f64, xm: f64, cap: u32) -> u32 {
+    let u = 1.0 - rng.unit(); // (0, 1]
+    let x = xm / u.powf(1.0 / alpha) - xm;
+    (x as u64).min(u64::from(cap)) as u32
+}
+
 fn new_flow(rng: &mut Rng, opt: &GenOptions, router: [u8; 6]) -> Flow {
     let kind = match rng.below(1000) {
         0..=819 => Kind::Tcp,
@@ -319,7 +327,7 @@ fn new_flow(rng: &mut Rng, opt: &GenOptions, router: [u8; 6]) -> Flow {
         }
     }
     let total = match kind {
-        Kind::Tcp => 7 + (rng.zipf(200) as u32) * 2,
+        Kind::Tcp => 7 + 2 * pareto(rng, 1.1, 3.0, 200_000),
         Kind::Dns | Kind::Ntp | Kind::Arp => 2,
         Kind::Icmp => 2 * (1 + rng.below(4) as u32),
         Kind::Fragmented => 3,
