@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pcaptool_packet::{FileFormat, LinkType, TraceReader};
-use pcaptool_query::{Filter, Matcher, Target};
+use pcaptool_query::{Filter, Matcher, Target, plan};
 use pcaptool_tests::libpcap::{self, Handle, Program};
 use pcaptool_tests::{corpus_dir, corpus_files, repo_root};
 
@@ -550,23 +550,29 @@ mod random {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-        /// Every table filter decides random Ethernet packets as libpcap does (truncation and wire length included).
+        /// Every table filter decides random Ethernet packets as libpcap does (truncation and wire length included),
+        /// and every packet libpcap matches satisfies the planner's condition (what an index selects by).
         #[test]
         fn table_on_random_ethernet_packets((pkt, wire) in ether_packet()) {
             thread_local! {
-                static PROGS: Vec<(String, Option<Matcher>, Option<Program>)> = {
+                static PROGS: Vec<(String, Option<Matcher>, Option<Program>, plan::Need)> = {
                     let h = Handle::dead(1);
                     filters().into_iter().map(|f| {
-                        let ours = Filter::new(&f).and_then(|x| x.compile(Target::new(LinkType(1)))).ok();
+                        let parsed = Filter::new(&f);
+                        let need = parsed.as_ref().map_or(plan::Need::All, plan::necessary);
+                        let ours = parsed.and_then(|x| x.compile(Target::new(LinkType(1)))).ok();
                         let theirs = h.compile(&f).ok();
-                        (f, ours, theirs)
+                        (f, ours, theirs, need)
                     }).collect()
                 };
             }
+            let fields = plan::PacketFields::new(LinkType(1), &pkt, wire, 0);
             PROGS.with(|progs| {
-                for (f, ours, theirs) in progs {
+                for (f, ours, theirs, need) in progs {
                     if let (Some(m), Some(p)) = (ours, theirs) {
-                        prop_assert_eq!(m.matches(&pkt, wire, 0), p.matches(&pkt, wire), "filter `{}` on {:02x?} (wire {})", f, pkt, wire);
+                        let hit = p.matches(&pkt, wire);
+                        prop_assert_eq!(m.matches(&pkt, wire, 0), hit, "filter `{}` on {:02x?} (wire {})", f, pkt, wire);
+                        prop_assert!(!hit || need.may_match(&|field| fields.get(field)), "`{}` matches {:02x?} outside its condition `{}`", f, pkt, need);
                     }
                 }
                 Ok(())
@@ -651,7 +657,6 @@ mod random {
 /// traces of the corpus and testdata/, fields read as `PacketFields` defines them: a missing field fails, an unknown one may match).
 #[test]
 fn planner_conditions_hold_for_every_match() {
-    use pcaptool_query::plan;
     let filters = table();
     let files = trace_paths(1);
     let compiled: Vec<_> = filters

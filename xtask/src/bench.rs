@@ -298,7 +298,8 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
     let index = PathBuf::from(format!("{}.ptidx", trace.display()));
     let _ = std::fs::remove_file(&index);
     let t_build = command_time(1, Command::new(&bin).arg("index").arg(&trace))?;
-    let t_pass = command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
+    let t_pass =
+        command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
     let index_bytes = std::fs::metadata(&index)?.len();
     println!("| measure | pcaptool | tcpdump | ratio | goal |");
     println!("|---|---|---|---|---|");
@@ -319,14 +320,21 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
         ("bulk", "tcp port 443", "≥ 1.5× faster, ≥ 40% of bytes"),
     ] {
         let out = dir.join("index-bench.out");
-        let count = Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["--count", "--json", "-w"]).arg(&out).output()?;
+        let count = Command::new(&bin)
+            .arg("query")
+            .arg(&trace)
+            .arg(filter)
+            .args(["--count", "--json", "-w"])
+            .arg(&out)
+            .output()?;
         let j: serde_json::Value = serde_json::from_slice(&count.stdout).context("query --json output")?;
         let matched = j["matched"].as_u64().unwrap_or(0);
         let via_index = j.get("index_candidates").is_some();
         let out_bytes = std::fs::metadata(&out)?.len();
         let _ = std::fs::remove_file(&out);
         let ours = command_time(5, Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["-w", "/dev/null"]))?;
-        let theirs = command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(filter))?;
+        let theirs =
+            command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(filter))?;
         println!(
             "| {what} `{filter}`: {matched} packets ({:.4}% of packets, {:.1}% of bytes){} | {:.4} s | {:.2} s | {:.1}× | {goal} |",
             100.0 * matched as f64 / packets as f64,

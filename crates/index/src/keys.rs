@@ -8,8 +8,8 @@ use pcaptool_packet::{Field, FieldValue, PacketFields, Pred};
 use crate::format::{Cursor, Out};
 
 /// The header fields a key holds, in key order: every field but TCP flags, wire length and time.
-pub const KEY_FIELDS: [Field; 11] = {
-    let mut a = [Field::LinkProto; 11];
+pub const KEY_FIELDS: [Field; 13] = {
+    let mut a = [Field::LinkProto; 13];
     let mut i = 0;
     while i < a.len() {
         a[i] = Field::ALL[i];
@@ -26,7 +26,7 @@ pub(crate) const fn width(f: Field) -> usize {
     match f {
         Field::LinkProto | Field::SrcPort | Field::DstPort | Field::VlanId => 2,
         Field::EthSrc | Field::EthDst => 6,
-        Field::Ip4Src | Field::Ip4Dst => 4,
+        Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => 4,
         Field::Ip6Src | Field::Ip6Dst => 16,
         Field::IpProto | Field::TcpFlags => 1,
         Field::WireLen => 4,

@@ -337,10 +337,7 @@ impl<'a> ChunkView<'a> {
 
     /// Packets of `[l, r)` whose symbol in `tree` is one that `truth` accepts.
     fn count_in(tree: &Tree<'_>, truth: &[bool], l: usize, r: usize) -> usize {
-        tree.symbols()
-            .filter(|&(s, _)| truth.get(s as usize).copied().unwrap_or(false))
-            .map(|(s, _)| tree.rank(s, r) - tree.rank(s, l))
-            .sum()
+        members(truth).map(|s| count_between(tree, s, l, r)).sum()
     }
 
     /// An upper bound of the packets of `[l, r)` that may satisfy `prep` (rank counts; `truth` answers time).
@@ -465,12 +462,22 @@ enum Prep {
     Or(Vec<Prep>),
 }
 
+/// The symbols `truth` accepts (indexes of its true entries).
+fn members(truth: &[bool]) -> impl Iterator<Item = u32> + '_ {
+    truth.iter().enumerate().filter(|(_, t)| **t).map(|(s, _)| s as u32)
+}
+
+/// Occurrences of `s` in `[l, r)` (the whole sequence from the slot table alone).
+fn count_between(tree: &Tree<'_>, s: u32, l: usize, r: usize) -> usize {
+    if l == 0 && r == tree.len() { tree.count(s) } else { tree.rank(s, r) - tree.rank(s, l) }
+}
+
 /// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them, by
 /// one pass of `access` for many.
 fn positions(tree: &Tree<'_>, truth: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
     let ok = |s: u32| truth.get(s as usize).copied().unwrap_or(false);
-    let members: Vec<u32> = tree.symbols().map(|(s, _)| s).filter(|&s| ok(s)).collect();
-    let total: usize = members.iter().map(|&k| tree.rank(k, r) - tree.rank(k, l)).sum();
+    let members: Vec<u32> = members(truth).collect();
+    let total: usize = members.iter().map(|&k| count_between(tree, k, l, r)).sum();
     if total == 0 {
         return;
     }

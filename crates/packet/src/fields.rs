@@ -58,6 +58,11 @@ pub enum Field {
     SrcPort,
     /// Destination port: the next 16 bits.
     DstPort,
+    /// ARP/RARP sender protocol address (bytes 14-17 of the ARP header) of frames whose `LinkProto` is ARP or RARP
+    /// (what `host`, `arp host` and `rarp host` test there).
+    ArpSpa,
+    /// ARP/RARP target protocol address (bytes 24-27).
+    ArpTpa,
     /// TCP flags: byte 13 of the TCP header, where [`SrcPort`](Field::SrcPort) finds TCP.
     TcpFlags,
     /// Length on the wire.
@@ -68,7 +73,7 @@ pub enum Field {
 
 impl Field {
     /// Every field, in order: the header fields, then wire length and time.
-    pub const ALL: [Field; 14] = [
+    pub const ALL: [Field; 16] = [
         Field::LinkProto,
         Field::EthSrc,
         Field::EthDst,
@@ -80,6 +85,8 @@ impl Field {
         Field::IpProto,
         Field::SrcPort,
         Field::DstPort,
+        Field::ArpSpa,
+        Field::ArpTpa,
         Field::TcpFlags,
         Field::WireLen,
         Field::Time,
@@ -99,6 +106,8 @@ impl Field {
             Field::IpProto => "ip.proto",
             Field::SrcPort => "port.src",
             Field::DstPort => "port.dst",
+            Field::ArpSpa => "arp.spa",
+            Field::ArpTpa => "arp.tpa",
             Field::TcpFlags => "tcp.flags",
             Field::WireLen => "len",
             Field::Time => "time",
@@ -111,7 +120,7 @@ impl Field {
             Field::LinkProto | Field::SrcPort | Field::DstPort => 16,
             Field::EthSrc | Field::EthDst => 48,
             Field::VlanId => 12,
-            Field::Ip4Src | Field::Ip4Dst | Field::WireLen => 32,
+            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa | Field::WireLen => 32,
             Field::Ip6Src | Field::Ip6Dst => 128,
             Field::IpProto | Field::TcpFlags => 8,
             Field::Time => 64,
@@ -130,7 +139,7 @@ impl fmt::Display for FieldDisplay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.1;
         match self.0 {
-            Field::Ip4Src | Field::Ip4Dst => write!(f, "{}", Ipv4Addr::from(v as u32)),
+            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => write!(f, "{}", Ipv4Addr::from(v as u32)),
             Field::Ip6Src | Field::Ip6Dst => write!(f, "{}", Ipv6Addr::from(v)),
             Field::EthSrc | Field::EthDst => {
                 let b = (v as u64).to_be_bytes();
@@ -172,6 +181,9 @@ pub struct PacketFields<'a> {
     wirelen: u32,
     ts_ns: u64,
 }
+
+/// Ethertypes of ARP and RARP.
+const ARP_TYPES: [u128; 2] = [0x0806, 0x8035];
 
 /// Ethertypes of VLAN tags (what libpcap's `vlan` accepts).
 const VLAN_TPIDS: [u128; 3] = [0x8100, 0x88a8, 0x9100];
@@ -230,6 +242,8 @@ impl<'a> PacketFields<'a> {
             Field::Ip6Dst if proto == 0x86dd => known(self.be(38, 16)),
             Field::IpProto if proto == 0x0800 => known(self.be(23, 1)),
             Field::IpProto if proto == 0x86dd => known(self.be(20, 1)),
+            Field::ArpSpa if ARP_TYPES.contains(&proto) => known(self.be(28, 4)),
+            Field::ArpTpa if ARP_TYPES.contains(&proto) => known(self.be(38, 4)),
             Field::SrcPort | Field::DstPort | Field::TcpFlags => match self.transport(proto) {
                 Err(()) => Unknown,
                 Ok(None) => Missing,

@@ -130,12 +130,14 @@ impl Walk {
                 let Some((v, mask)) = v4_range(q, id) else { return Need::All };
                 let (lo, hi) = (u128::from(v & mask), u128::from(v | !mask));
                 let ip = by_dir(q.dir, pred(Field::Ip4Src, lo, hi), pred(Field::Ip4Dst, lo, hi));
+                // ARP and RARP: libpcap reads the sender and target protocol addresses.
+                let arp = || by_dir(q.dir, pred(Field::ArpSpa, lo, hi), pred(Field::ArpTpa, lo, hi));
                 match q.proto {
                     Proto::Ip => ip,
                     // libpcap also matches ARP and RARP packets about the address.
-                    Proto::Default => Need::or(vec![ip, eq(Field::LinkProto, 0x0806), eq(Field::LinkProto, 0x8035)]),
-                    Proto::Arp => eq(Field::LinkProto, 0x0806),
-                    Proto::Rarp => eq(Field::LinkProto, 0x8035),
+                    Proto::Default => Need::or(vec![ip, arp()]),
+                    Proto::Arp => Need::and(vec![eq(Field::LinkProto, 0x0806), arp()]),
+                    Proto::Rarp => Need::and(vec![eq(Field::LinkProto, 0x8035), arp()]),
                     _ => Need::All,
                 }
             }
@@ -320,7 +322,7 @@ mod tests {
         assert_eq!(n("ip src 10.0.0.1"), "ip.src = 10.0.0.1");
         assert_eq!(
             n("net 10.0.0.0/8 and tcp"),
-            "((ip.src in [10.0.0.0, 10.255.255.255] or ip.dst in [10.0.0.0, 10.255.255.255] or link.proto = 0x0806 or link.proto = 0x8035) and (ip.proto = 6 or ip.proto = 44))"
+            "((ip.src in [10.0.0.0, 10.255.255.255] or ip.dst in [10.0.0.0, 10.255.255.255] or arp.spa in [10.0.0.0, 10.255.255.255] or arp.tpa in [10.0.0.0, 10.255.255.255]) and (ip.proto = 6 or ip.proto = 44))"
         );
         assert_eq!(n("not tcp"), "any packet");
         assert_eq!(n("vlan and host 1.2.3.4"), "(link.proto = 0x8100 or link.proto = 0x88a8 or link.proto = 0x9100)");

@@ -545,10 +545,25 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
             return Err("a one-symbol sequence has one slot at 0");
         }
         // Every symbol's path leads exactly to its slot: then access, rank and select agree with each other.
-        for si in 0..sigma {
+        // Walked as a trie in code order, so each prefix is mapped once (two ranks per trie edge, not per symbol
+        // and level).
+        let mut by_code: Vec<usize> = (0..sigma).collect();
+        by_code.sort_unstable_by_key(|&si| {
+            let len = self.code_len(si);
+            if len == 0 { 0 } else { self.code(si) << (64 - len) }
+        });
+        let mut stack: Vec<(usize, usize)> = vec![(0, self.n)];
+        let mut prev: Option<(u64, usize)> = None;
+        for si in by_code {
             let (code, len) = (self.code(si), self.code_len(si));
-            let (mut s, mut e) = (0usize, self.n);
-            for d in 0..len {
+            let shared = prev.map_or(0, |(pc, pl)| {
+                let m = len.min(pl);
+                let x = (code >> (len - m)) ^ (pc >> (pl - m));
+                if x == 0 { m } else { m - (64 - x.leading_zeros() as usize) }
+            });
+            stack.truncate(shared + 1);
+            let (mut s, mut e) = stack[shared];
+            for d in shared..len {
                 if s > e || e > self.level(d, L_LEN) {
                     return Err("a symbol's path leaves its level");
                 }
@@ -561,11 +576,13 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
                     s -= rs;
                     e -= re;
                 }
+                stack.push((s, e));
             }
             let (start, count) = self.slot_range(self.slot_index(si));
             if (s, e) != (start, start + count) {
                 return Err("a symbol's path does not lead to its slot");
             }
+            prev = Some((code, len));
         }
         Ok(())
     }
