@@ -295,3 +295,43 @@ fn compressed_traces_are_indexed_and_queried() {
         }
     }
 }
+
+/// `pcaptool shell`: loads the index once, then counts, writes and explains query after query; a bad filter is
+/// reported and the prompt goes on; answers equal `pcaptool query`'s.
+#[test]
+fn shell_answers_as_query_does() {
+    use std::io::Write as _;
+    let tmp = TempDir::new("index-shell");
+    let trace = gen_trace(&tmp, "s.pcap", 4);
+    assert!(pcaptool(&["index", p(&trace)]).status.success());
+    let out = tmp.join("w.pcap");
+    let script = format!(
+        "host 10.0.1.5\nnot a ( filter\nwrite {} tcp port 22\nexplain vlan 100\nudp\nquit\n",
+        p(&out)
+    );
+    let mut child = Command::new(pcaptool_bin())
+        .args(["shell", p(&trace)])
+        .env("HOME", tmp.join("home"))
+        .env_remove("XDG_STATE_HOME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run pcaptool shell");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let count = |f: &str| String::from_utf8_lossy(&pcaptool(&["query", p(&trace), f, "--count"]).stdout).trim().to_string();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first().copied(), Some(count("host 10.0.1.5").as_str()), "{stdout}");
+    assert!(lines.contains(&count("tcp port 22").as_str()), "{stdout}");
+    assert_eq!(lines.last().copied(), Some(count("udp").as_str()), "{stdout}");
+    assert!(stdout.contains("indexable: vlan = 100"), "{stdout}");
+    assert!(err(&o).contains("index of 5000 packets loaded"), "{}", err(&o));
+    assert!(err(&o).contains("error: invalid filter"), "{}", err(&o));
+    let expected = tmp.join("e.pcap");
+    assert!(pcaptool(&["query", "--scan", p(&trace), "tcp port 22", "-w", p(&expected)]).status.success());
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&expected).unwrap());
+    assert!(tmp.join("home/.local/state/pcaptool/shell_history").exists(), "history is kept");
+}

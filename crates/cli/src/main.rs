@@ -28,6 +28,8 @@ enum Command {
     Index(cmd::index::Args),
     /// Select packets with a tcpdump filter: write them (-w), count them, or explain the plan.
     Query(cmd::query::Args),
+    /// Load a trace's index once and answer filters at a prompt (line editing, history).
+    Shell(cmd::shell::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Index(a) => cmd::index::run(a),
         Command::Query(a) => cmd::query::run(a),
+        Command::Shell(a) => cmd::shell::run(a),
     };
     match result {
         Ok(code) => code,

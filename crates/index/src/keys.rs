@@ -212,6 +212,24 @@ impl Column<'_> {
         (u64::from_le_bytes(w) >> shift) & ((1u64 << self.bits) - 1)
     }
 
+    /// Every key's code, in order, unpacked as a stream.
+    fn codes(&self, keys: usize) -> impl Iterator<Item = u64> + '_ {
+        let bits = self.bits;
+        let mask = if bits == 0 { 0 } else { u64::MAX >> (64 - bits) };
+        let mut bytes = self.codes.iter();
+        let (mut acc, mut fill) = (0u64, 0u32);
+        (0..keys).map(move |_| {
+            while fill < bits {
+                acc |= u64::from(*bytes.next().unwrap_or(&0)) << fill;
+                fill += 8;
+            }
+            let v = acc & mask;
+            acc = acc.checked_shr(bits).unwrap_or(0);
+            fill -= bits;
+            v
+        })
+    }
+
     fn value(&self, k: usize) -> FieldValue {
         match self.code(k) {
             0 => FieldValue::Missing,
@@ -246,7 +264,7 @@ impl<'a> KeyTable<'a> {
                     return Err(format!("{} dictionary is not sorted at entry {i}", field.name()));
                 }
             }
-            if let Some(k) = (0..keys).find(|&k| col.code(k) >= 2 + n as u64) {
+            if let Some(k) = col.codes(keys).position(|code| code >= 2 + n as u64) {
                 return Err(format!("{} code of key {k} is past the dictionary", field.name()));
             }
             columns.push(col);
@@ -269,7 +287,7 @@ impl<'a> KeyTable<'a> {
         // Truth per code: missing fails, unknown may, values as the predicate says.
         let mut truth = vec![false, true];
         truth.extend((0..col.dict_len()).map(|i| pred.holds(col.dict_value(i))));
-        (0..self.keys).map(|k| truth[col.code(k) as usize]).collect()
+        col.codes(self.keys).map(|c| truth[c as usize]).collect()
     }
 
     /// The value of `field` in key `k`.

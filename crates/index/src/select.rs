@@ -2,6 +2,7 @@
 //! time pages which packets may be in a window, and the wavelet tree where those keys occur (rank/select).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use pcaptool_packet::{Field, Need, PacketFields, Pred, Record, Seeker};
 use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RsBitVector};
@@ -178,6 +179,66 @@ impl IndexFile {
 
 type Tree<'a> = HuffmanWaveletTree<RsBitVector<LeBytes<'a>>, LeBytes<'a>>;
 
+/// One per-packet sequence of a chunk: its wavelet tree and the number of occurrences of every symbol (read once
+/// from the tree's slot table, so that counting a set of symbols over the chunk is a sum).
+#[derive(Debug)]
+struct Seq<'a> {
+    tree: Tree<'a>,
+    counts: Vec<u32>,
+}
+
+impl<'a> Seq<'a> {
+    fn new(tree: Tree<'a>, alphabet: usize) -> Seq<'a> {
+        let mut counts = vec![0u32; alphabet];
+        for (s, c) in tree.symbols() {
+            counts[s as usize] = c as u32;
+        }
+        Seq { tree, counts }
+    }
+
+    fn access(&self, i: usize) -> u32 {
+        self.tree.access(i)
+    }
+
+    /// Occurrences of `s` in `[l, r)`.
+    fn count_between(&self, s: u32, l: usize, r: usize) -> usize {
+        if l == 0 && r == self.tree.len() {
+            self.counts.get(s as usize).map_or(0, |&c| c as usize)
+        } else {
+            self.tree.rank(s, r) - self.tree.rank(s, l)
+        }
+    }
+
+    /// Occurrences in `[l, r)` of the symbols `truth` accepts.
+    fn count_in(&self, truth: &[bool], l: usize, r: usize) -> usize {
+        if l == 0 && r == self.tree.len() {
+            return truth.iter().zip(&self.counts).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
+        }
+        members(truth).map(|s| self.count_between(s, l, r)).sum()
+    }
+
+    /// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them,
+    /// by one pass of `access` for many.
+    fn positions(&self, truth: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
+        let ok = |s: u32| truth.get(s as usize).copied().unwrap_or(false);
+        let total = self.count_in(truth, l, r);
+        if total == 0 {
+            return;
+        }
+        let start = out.len();
+        if total.saturating_mul(8) > r - l {
+            out.extend((l..r).filter(|&i| ok(self.tree.access(i))).map(|i| i as u32));
+        } else {
+            for k in members(truth) {
+                if self.count_between(k, l, r) > 0 {
+                    out.extend(self.tree.positions(k, l, r).map(|i| i as u32));
+                }
+            }
+            out[start..].sort_unstable();
+        }
+    }
+}
+
 /// One chunk of an index.
 #[derive(Debug)]
 pub struct ChunkView<'a> {
@@ -189,13 +250,15 @@ pub struct ChunkView<'a> {
     blocks: &'a [u8],
     keys: KeyTable<'a>,
     /// Key id of every packet.
-    tree: Tree<'a>,
+    tree: Seq<'a>,
     /// TCP flags code of every packet.
-    flags: Tree<'a>,
+    flags: Seq<'a>,
     /// Wire-length class of every packet.
-    lens: Tree<'a>,
+    lens: Seq<'a>,
     t_min: u64,
     t_max: u64,
+    /// Key truth tables of recent predicates (planning and selecting ask for the same ones).
+    cache: Mutex<Vec<(Pred, Arc<Vec<bool>>)>>,
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -250,9 +313,10 @@ impl<'a> ChunkView<'a> {
             pages,
             blocks,
             keys: table,
-            tree: keys_tree,
-            flags,
-            lens,
+            tree: Seq::new(keys_tree, keys),
+            flags: Seq::new(flags, FLAG_CODES as usize),
+            lens: Seq::new(lens, LEN_BOUNDS.len()),
+            cache: Mutex::new(Vec::new()),
             t_min: e.t_min,
             t_max: e.t_max,
         };
@@ -318,6 +382,20 @@ impl<'a> ChunkView<'a> {
         }
     }
 
+    /// Which keys may satisfy `p`, remembered for the next asks.
+    fn key_truth(&self, p: &Pred) -> Arc<Vec<bool>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = cache.iter().find(|(q, _)| q == p) {
+            return t.clone();
+        }
+        let t = Arc::new(self.keys.eval(p));
+        if cache.len() >= 64 {
+            cache.remove(0);
+        }
+        cache.push((*p, t.clone()));
+        t
+    }
+
     /// `need` prepared for this chunk: truth tables per key, flags code and length class; time predicates by
     /// their index in `time_preds`.
     fn prepare(&self, need: &Need, time_preds: &[Pred]) -> Prep {
@@ -327,7 +405,7 @@ impl<'a> ChunkView<'a> {
                 Field::Time => Prep::Time(time_preds.iter().position(|t| t == p).unwrap_or(usize::MAX)),
                 Field::TcpFlags => Prep::Flags((0..FLAG_CODES).map(|c| code_may(c, p)).collect()),
                 Field::WireLen => Prep::Lens((0..LEN_BOUNDS.len() as u32).map(|c| class_may(c, p)).collect()),
-                f if KEY_FIELDS.contains(&f) => Prep::Keys(self.keys.eval(p)),
+                f if KEY_FIELDS.contains(&f) => Prep::Keys(self.key_truth(p)),
                 _ => Prep::All,
             },
             Need::And(v) => Prep::And(v.iter().map(|n| self.prepare(n, time_preds)).collect()),
@@ -335,19 +413,14 @@ impl<'a> ChunkView<'a> {
         }
     }
 
-    /// Packets of `[l, r)` whose symbol in `tree` is one that `truth` accepts.
-    fn count_in(tree: &Tree<'_>, truth: &[bool], l: usize, r: usize) -> usize {
-        members(truth).map(|s| count_between(tree, s, l, r)).sum()
-    }
-
     /// An upper bound of the packets of `[l, r)` that may satisfy `prep` (rank counts; `truth` answers time).
     fn estimate_in(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> usize {
         match prep {
             Prep::All => r - l,
             Prep::Time(i) => truth.get(*i).is_none_or(|t| *t) as usize * (r - l),
-            Prep::Keys(t) => Self::count_in(&self.tree, t, l, r),
-            Prep::Flags(t) => Self::count_in(&self.flags, t, l, r),
-            Prep::Lens(t) => Self::count_in(&self.lens, t, l, r),
+            Prep::Keys(t) => self.tree.count_in(t, l, r),
+            Prep::Flags(t) => self.flags.count_in(t, l, r),
+            Prep::Lens(t) => self.lens.count_in(t, l, r),
             Prep::And(v) => v.iter().map(|p| self.estimate_in(p, l, r, truth)).min().unwrap_or(r - l),
             Prep::Or(v) => v.iter().map(|p| self.estimate_in(p, l, r, truth)).sum::<usize>().min(r - l),
         }
@@ -355,9 +428,9 @@ impl<'a> ChunkView<'a> {
 
     /// A superset of the packets of `[l, r)` satisfying `prep`, ascending (`None`: all of them).
     fn drive(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> Option<Vec<u32>> {
-        let from = |tree: &Tree<'_>, t: &[bool]| {
+        let from = |seq: &Seq<'_>, t: &[bool]| {
             let mut out = Vec::new();
-            positions(tree, t, l, r, &mut out);
+            seq.positions(t, l, r, &mut out);
             Some(out)
         };
         match prep {
@@ -451,7 +524,7 @@ const FLAG_CODES: u32 = 2 + 256;
 enum Prep {
     All,
     /// Truth per key id.
-    Keys(Vec<bool>),
+    Keys(Arc<Vec<bool>>),
     /// Truth per TCP flags code.
     Flags(Vec<bool>),
     /// Truth per wire-length class.
@@ -465,31 +538,6 @@ enum Prep {
 /// The symbols `truth` accepts (indexes of its true entries).
 fn members(truth: &[bool]) -> impl Iterator<Item = u32> + '_ {
     truth.iter().enumerate().filter(|(_, t)| **t).map(|(s, _)| s as u32)
-}
-
-/// Occurrences of `s` in `[l, r)` (the whole sequence from the slot table alone).
-fn count_between(tree: &Tree<'_>, s: u32, l: usize, r: usize) -> usize {
-    if l == 0 && r == tree.len() { tree.count(s) } else { tree.rank(s, r) - tree.rank(s, l) }
-}
-
-/// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them, by
-/// one pass of `access` for many.
-fn positions(tree: &Tree<'_>, truth: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
-    let ok = |s: u32| truth.get(s as usize).copied().unwrap_or(false);
-    let members: Vec<u32> = members(truth).collect();
-    let total: usize = members.iter().map(|&k| count_between(tree, k, l, r)).sum();
-    if total == 0 {
-        return;
-    }
-    let start = out.len();
-    if total.saturating_mul(8) > r - l {
-        out.extend((l..r).filter(|&i| ok(tree.access(i))).map(|i| i as u32));
-    } else {
-        for &k in &members {
-            out.extend(tree.positions(k, l, r).map(|i| i as u32));
-        }
-        out[start..].sort_unstable();
-    }
 }
 
 /// The packets an index selected: per chunk, the positions in the chunk, ascending.

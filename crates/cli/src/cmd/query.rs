@@ -53,6 +53,23 @@ pub(crate) struct Args {
     threads: Option<usize>,
 }
 
+impl Args {
+    /// The arguments of one query of `pcaptool shell`.
+    pub(crate) fn for_shell(trace: PathBuf, filter: &str, write: Option<PathBuf>, explain: bool) -> Args {
+        Args {
+            trace,
+            filter: vec![filter.to_string()],
+            write,
+            count: true,
+            limit: None,
+            explain,
+            scan: false,
+            json: false,
+            threads: None,
+        }
+    }
+}
+
 /// Matchers compiled on demand for the link types a trace holds.
 pub(crate) struct Matchers<'f> {
     filter: &'f Filter,
@@ -131,20 +148,37 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot open {}", args.trace.display()))?;
     reader.read_header()?;
-    let mut matchers = Matchers { filter: &filter, swapped: swapped(&reader), compiled: Vec::new() };
-    // Like tcpdump, refuse a filter that is invalid for the link types declared before the first packet.
-    let declared: Vec<LinkType> = reader.interfaces().iter().map(|i| i.linktype).collect();
-    for lt in &declared {
-        matchers.get(*lt)?;
+    if let Some(n) = args.threads {
+        // A second call (tests run several queries in one process) keeps the first pool.
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global();
     }
     let index_file = if args.scan || args.trace.as_os_str() == "-" { None } else { open_index(&args.trace, &reader)? };
     let view = match &index_file {
         Some(f) => Some(f.view().map_err(|e| anyhow::anyhow!("{e}; or query with --scan"))?),
         None => None,
     };
-    let source = view.as_ref().map(Source);
-    let plan = pcaptool_query::plan::plan(&filter, source.as_ref().map(|s| s as &dyn IndexSource));
-    let selection = match (&view, &plan.index) {
+    execute(&args, &filter, reader, view.as_ref())
+}
+
+/// Runs a parsed query on an opened trace, with its checked index if it has one (`pcaptool shell` keeps both
+/// loaded between queries).
+pub(crate) fn execute(
+    args: &Args,
+    filter: &Filter,
+    mut reader: TraceReader,
+    view: Option<&IndexView<'_>>,
+) -> anyhow::Result<ExitCode> {
+    let text = filter.text();
+    let mut matchers = Matchers { filter, swapped: swapped(&reader), compiled: Vec::new() };
+    // Like tcpdump, refuse a filter that is invalid for the link types declared before the first packet.
+    let declared: Vec<LinkType> = reader.interfaces().iter().map(|i| i.linktype).collect();
+    for lt in &declared {
+        matchers.get(*lt)?;
+    }
+    let view = if args.scan { None } else { view };
+    let source = view.map(Source);
+    let plan = pcaptool_query::plan::plan(filter, source.as_ref().map(|s| s as &dyn IndexSource));
+    let selection = match (view, &plan.index) {
         (Some(v), Some(part)) if plan.use_index => Some(v.select(part)),
         _ => None,
     };
@@ -153,13 +187,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             // A stream whose first interface is not known yet: explain for Ethernet.
             matchers.get(LinkType::ETHERNET)?;
         }
-        let index = view.as_ref().map(|v| crate::cmd::explain::IndexFacts::of(v, &plan, selection.as_ref()));
-        crate::cmd::explain::print(&filter, &plan, index.as_ref(), &mut matchers, args.json)?;
+        let index = view.map(|v| crate::cmd::explain::IndexFacts::of(v, &plan, selection.as_ref()));
+        crate::cmd::explain::print(filter, &plan, index.as_ref(), &mut matchers, args.json)?;
         return Ok(ExitCode::SUCCESS);
-    }
-    if let Some(n) = args.threads {
-        // A second call (tests run several queries in one process) keeps the first pool.
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global();
     }
 
     let to_stdout = args.write.as_ref().is_some_and(|w| w.as_os_str() == "-");
@@ -176,9 +206,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(pcaptool_packet::TraceWriter::new(sink, format)?)
         }
     };
-    let result = match (&view, &selection) {
-        (Some(v), Some(sel)) => indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), &args),
-        _ => scan(&mut reader, &mut matchers, out.as_mut(), &args),
+    let result = match (view, &selection) {
+        (Some(v), Some(sel)) => indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), args),
+        _ => scan(&mut reader, &mut matchers, out.as_mut(), args),
     };
     let finish =
         |out: Option<pcaptool_packet::TraceWriter<Box<dyn Write>>>, ifaces: &[Interface]| -> anyhow::Result<()> {
@@ -350,7 +380,7 @@ impl IndexSource for Source<'_, '_> {
 }
 
 /// The trace's index, if it has one, checked against the trace as it is now.
-fn open_index(trace: &std::path::Path, reader: &TraceReader) -> anyhow::Result<Option<IndexFile>> {
+pub(crate) fn open_index(trace: &std::path::Path, reader: &TraceReader) -> anyhow::Result<Option<IndexFile>> {
     let path = sidecar_path(trace);
     if !path.exists() {
         return Ok(None);
