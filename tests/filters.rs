@@ -555,24 +555,28 @@ mod random {
         #[test]
         fn table_on_random_ethernet_packets((pkt, wire) in ether_packet()) {
             thread_local! {
-                static PROGS: Vec<(String, Option<Matcher>, Option<Program>, plan::Need)> = {
+                static PROGS: Vec<(String, Option<Matcher>, Option<Program>, plan::Need, bool)> = {
                     let h = Handle::dead(1);
                     filters().into_iter().map(|f| {
                         let parsed = Filter::new(&f);
                         let need = parsed.as_ref().map_or(plan::Need::All, plan::necessary);
+                        let exact = parsed.as_ref().is_ok_and(plan::exact);
                         let ours = parsed.and_then(|x| x.compile(Target::new(LinkType(1)))).ok();
                         let theirs = h.compile(&f).ok();
-                        (f, ours, theirs, need)
+                        (f, ours, theirs, need, exact)
                     }).collect()
                 };
             }
             let fields = plan::PacketFields::new(LinkType(1), &pkt, wire, 0);
             PROGS.with(|progs| {
-                for (f, ours, theirs, need) in progs {
+                for (f, ours, theirs, need, exact) in progs {
                     if let (Some(m), Some(p)) = (ours, theirs) {
                         let hit = p.matches(&pkt, wire);
                         prop_assert_eq!(m.matches(&pkt, wire, 0), hit, "filter `{}` on {:02x?} (wire {})", f, pkt, wire);
                         prop_assert!(!hit || need.may_match(&|field| fields.get(field)), "`{}` matches {:02x?} outside its condition `{}`", f, pkt, need);
+                        if *exact && let Some(holds) = need.decide(&|field| fields.get(field)) {
+                            prop_assert_eq!(holds, hit, "`{}` (exact) on {:02x?}: condition `{}`", f, pkt, need);
+                        }
                     }
                 }
                 Ok(())
@@ -664,17 +668,27 @@ fn planner_conditions_hold_for_every_match() {
         .filter_map(|f| {
             let flt = Filter::new(f).ok()?;
             let m = flt.compile(Target::new(LinkType(1))).ok()?;
-            Some((f, plan::necessary(&flt), m))
+            Some((f, plan::necessary(&flt), m, plan::exact(&flt)))
         })
         .collect();
-    let (mut checked, mut narrowed) = (0u64, 0u64);
+    let (mut checked, mut narrowed, mut decided) = (0u64, 0u64, 0u64);
     for file in &files {
         let Some((packets, _)) = read(file) else { continue };
         for p in packets.iter().filter(|p| p.linktype == 1) {
             let fields = plan::PacketFields::new(LinkType(1), &p.data, p.wirelen, 0);
-            for (f, need, m) in &compiled {
+            for (f, need, m, exact) in &compiled {
                 let may = need.may_match(&|field| fields.get(field));
-                if m.matches(&p.data, p.wirelen, 0) {
+                let hit = m.matches(&p.data, p.wirelen, 0);
+                if *exact && let Some(holds) = need.decide(&|field| fields.get(field)) {
+                    assert_eq!(
+                        holds,
+                        hit,
+                        "`{f}` is marked exact but its condition `{need}` says {holds} on a packet of {}",
+                        file.display()
+                    );
+                    decided += 1;
+                }
+                if hit {
                     assert!(may, "`{f}` matches a packet of {} its condition `{need}` excludes", file.display());
                     checked += 1;
                 } else if !may {
@@ -683,6 +697,9 @@ fn planner_conditions_hold_for_every_match() {
             }
         }
     }
-    println!("planner: {checked} matches all satisfy their condition; {narrowed} non-matches excluded by it");
-    assert!(checked > 0 && narrowed > 0);
+    let exact = compiled.iter().filter(|c| c.3).count();
+    println!(
+        "planner: {checked} matches all satisfy their condition; {narrowed} non-matches excluded by it; {exact} filters exact, their conditions decided {decided} packets as the filters do"
+    );
+    assert!(checked > 0 && narrowed > 0 && decided > 0);
 }

@@ -52,6 +52,7 @@ fn index_selects_every_match_on_every_trace() {
         table().into_iter().filter_map(|f| Some((f.clone(), Filter::new(&f).ok()?))).collect();
     let tmp = TempDir::new("index-superset");
     let (mut files, mut matches, mut candidates, mut decisions) = (0u64, 0u64, 0u64, 0u64);
+    let (mut exact_counts, mut from_index) = (0u64, 0u64);
     for (n, trace) in traces(1).iter().enumerate() {
         let idx = tmp.join(&format!("{n}.ptidx"));
         let opts = BuildOptions { chunk_packets: 1024, snap: u32::MAX };
@@ -86,6 +87,16 @@ fn index_selects_every_match_on_every_trace() {
                 })
                 .collect();
             candidates += chosen.len() as u64;
+            let counted = plan::exact(f).then(|| view.count(&need));
+            let undecided: HashSet<u64> = counted
+                .iter()
+                .flat_map(|(_, sel)| sel.chunks.iter())
+                .flat_map(|(ci, v)| {
+                    let first = view.chunks()[*ci].first_packet();
+                    v.iter().map(move |&i| first + u64::from(i))
+                })
+                .collect();
+            let (mut hits, mut undecided_hits) = (0u64, 0u64);
             let mut compiled: Vec<(LinkType, Option<pcaptool_query::Matcher>)> = Vec::new();
             for (i, (lt, data, wirelen, ts)) in packets.iter().enumerate() {
                 let m = match compiled.iter().find(|(l, _)| l == lt) {
@@ -99,6 +110,8 @@ fn index_selects_every_match_on_every_trace() {
                 decisions += 1;
                 if m.matches(data, *wirelen, *ts) {
                     matches += 1;
+                    hits += 1;
+                    undecided_hits += u64::from(undecided.contains(&(i as u64)));
                     assert!(
                         chosen.contains(&(i as u64)),
                         "{}: `{text}` matches packet {i}, which the index does not select for `{need}`",
@@ -106,12 +119,19 @@ fn index_selects_every_match_on_every_trace() {
                     );
                 }
             }
+            if let Some((sure, _)) = counted
+                && compiled.iter().all(|(_, m)| m.is_some())
+            {
+                assert_eq!(sure + undecided_hits, hits, "{}: `{text}`: counted from the index", trace.display());
+                exact_counts += 1;
+                from_index += sure;
+            }
         }
     }
     println!(
-        "index: {files} traces, {decisions} packet decisions: all {matches} matches among the {candidates} packets the index selected"
+        "index: {files} traces, {decisions} packet decisions: all {matches} matches among the {candidates} packets the index selected; {exact_counts} exact counts equal the filter's ({from_index} matches counted without reading)"
     );
-    assert!(files > 0 && matches > 0);
+    assert!(files > 0 && matches > 0 && from_index > 0);
 }
 
 fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
@@ -136,7 +156,7 @@ fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
     let mut files = vec![gen_path];
     files.extend(traces(50));
     let filters: Vec<String> = table().into_iter().step_by(7).collect();
-    let (mut compared, mut used_index, mut with_tcpdump) = (0, 0, 0);
+    let (mut compared, mut used_index, mut with_tcpdump, mut counted_from_index) = (0, 0, 0, 0);
     for (n, trace) in files.iter().enumerate() {
         // Index a copy, so that the corpus stays untouched.
         let ext = trace.extension().and_then(|e| e.to_str()).unwrap_or("pcap");
@@ -163,6 +183,13 @@ fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
             if ja.get("index_candidates").is_some() {
                 used_index += 1;
             }
+            // Counting alone (exact conditions count from the index) gives the same number.
+            let oc = pcaptool(&["query", p(&copy), f, "--count", "--json"]);
+            let jc: serde_json::Value = serde_json::from_slice(&oc.stdout).unwrap();
+            assert_eq!(jc["matched"], jb["matched"], "{}: `{f}`: --count alone", trace.display());
+            if jc.get("counted_from_index").is_some() {
+                counted_from_index += 1;
+            }
             let (da, db) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
             assert!(da == db, "{}: `{f}`: indexed output differs from the scan's", trace.display());
             compared += 1;
@@ -181,9 +208,9 @@ fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
         }
     }
     println!(
-        "indexed query: {compared} outputs identical to the scan's ({used_index} read through the index), {with_tcpdump} also identical to tcpdump's"
+        "indexed query: {compared} outputs identical to the scan's ({used_index} read through the index), {with_tcpdump} also identical to tcpdump's; {counted_from_index} counts taken from the index equal the scan's"
     );
-    assert!(compared > 0 && used_index > 0);
+    assert!(compared > 0 && used_index > 0 && counted_from_index > 0);
 }
 
 fn gen_trace(dir: &TempDir, name: &str, seed: u64) -> PathBuf {
@@ -305,10 +332,7 @@ fn shell_answers_as_query_does() {
     let trace = gen_trace(&tmp, "s.pcap", 4);
     assert!(pcaptool(&["index", p(&trace)]).status.success());
     let out = tmp.join("w.pcap");
-    let script = format!(
-        "host 10.0.1.5\nnot a ( filter\nwrite {} tcp port 22\nexplain vlan 100\nudp\nquit\n",
-        p(&out)
-    );
+    let script = format!("host 10.0.1.5\nnot a ( filter\nwrite {} tcp port 22\nexplain vlan 100\nudp\nquit\n", p(&out));
     let mut child = Command::new(pcaptool_bin())
         .args(["shell", p(&trace)])
         .env("HOME", tmp.join("home"))
@@ -322,7 +346,8 @@ fn shell_answers_as_query_does() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", err(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let count = |f: &str| String::from_utf8_lossy(&pcaptool(&["query", p(&trace), f, "--count"]).stdout).trim().to_string();
+    let count =
+        |f: &str| String::from_utf8_lossy(&pcaptool(&["query", p(&trace), f, "--count"]).stdout).trim().to_string();
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.first().copied(), Some(count("host 10.0.1.5").as_str()), "{stdout}");
     assert!(lines.contains(&count("tcp port 22").as_str()), "{stdout}");

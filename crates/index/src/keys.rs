@@ -89,6 +89,17 @@ pub(crate) fn class_may(class: u32, pred: &Pred) -> bool {
     min <= pred.hi && pred.lo <= max
 }
 
+/// Whether every length of class `class` satisfies `pred`, or none does (the class decides the predicate).
+pub(crate) fn class_decided(class: u32, pred: &Pred) -> bool {
+    if pred.mask != u128::MAX {
+        return false;
+    }
+    let c = class as usize;
+    let min = if c == 0 { 0 } else { u128::from(LEN_BOUNDS[c - 1]) + 1 };
+    let max = u128::from(LEN_BOUNDS[c.min(LEN_BOUNDS.len() - 1)]);
+    (pred.lo <= min && max <= pred.hi) || max < pred.lo || pred.hi < min
+}
+
 /// The key of a packet.
 pub(crate) fn key_of(fields: &PacketFields<'_>) -> Key {
     let mut k = [0u8; KEY_BYTES];
@@ -288,6 +299,14 @@ impl<'a> KeyTable<'a> {
         let mut truth = vec![false, true];
         truth.extend((0..col.dict_len()).map(|i| pred.holds(col.dict_value(i))));
         col.codes(self.keys).map(|c| truth[c as usize]).collect()
+    }
+
+    /// Which keys know `field` (present or missing, not unknown).
+    pub(crate) fn known(&self, field: Field) -> Vec<bool> {
+        match self.column(field) {
+            None => vec![false; self.keys],
+            Some(col) => col.codes(self.keys).map(|c| c != 1).collect(),
+        }
     }
 
     /// The value of `field` in key `k`.

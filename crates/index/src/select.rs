@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::IndexError;
 use crate::build::identity;
 use crate::format::{BLOCK, Cursor, HEADER_LEN, Header, PAGE, crc32};
-use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_may, code_may, flags_code, len_class};
+use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class};
 
 #[derive(Clone, Copy, Debug)]
 struct DirEntry {
@@ -500,6 +500,81 @@ impl<'a> ChunkView<'a> {
         out
     }
 
+    /// The key-level truth of `prep`, when it reads key fields only.
+    fn key_level(&self, prep: &Prep) -> Option<Vec<bool>> {
+        let n = self.keys.len();
+        Some(match prep {
+            Prep::All => vec![true; n],
+            Prep::Keys(t) => t.to_vec(),
+            Prep::Flags(_) | Prep::Lens(_) | Prep::Time(_) => return None,
+            Prep::And(v) => {
+                let mut acc = vec![true; n];
+                for p in v {
+                    acc.iter_mut().zip(self.key_level(p)?).for_each(|(a, b)| *a &= b);
+                }
+                acc
+            }
+            Prep::Or(v) => {
+                let mut acc = vec![false; n];
+                for p in v {
+                    acc.iter_mut().zip(self.key_level(p)?).for_each(|(a, b)| *a |= b);
+                }
+                acc
+            }
+        })
+    }
+
+    /// Packets known from the index to satisfy `need` (an exact condition), and the candidates whose fields the
+    /// index does not know, to be read.
+    fn count(&self, need: &Need, time_preds: &[Pred]) -> (u64, Vec<u32>) {
+        // Keys whose fields the condition reads are all known.
+        let mut known = vec![true; self.keys.len()];
+        let mut fields = Vec::new();
+        need.any_pred(&mut |p| {
+            if KEY_FIELDS.contains(&p.field) && !fields.contains(&p.field) {
+                fields.push(p.field);
+            }
+            false
+        });
+        for f in fields {
+            known.iter_mut().zip(self.keys.known(f)).for_each(|(a, b)| *a &= b);
+        }
+        let prep = self.prepare(need, time_preds);
+        if let Some(may) = self.key_level(&prep) {
+            let sure: Vec<bool> = may.iter().zip(&known).map(|(m, k)| *m && *k).collect();
+            let unsure: Vec<bool> = may.iter().zip(&known).map(|(m, k)| *m && !*k).collect();
+            let mut maybe = Vec::new();
+            self.tree.positions(&unsure, 0, self.n, &mut maybe);
+            return (self.tree.count_in(&sure, 0, self.n) as u64, maybe);
+        }
+        // Mixed conditions: decide each candidate from its key, flags, length class and page.
+        let mut lens_preds = Vec::new();
+        need.any_pred(&mut |p| {
+            if p.field == Field::WireLen {
+                lens_preds.push(*p);
+            }
+            false
+        });
+        let reads_flags = need.any_pred(&mut |p| p.field == Field::TcpFlags);
+        let decided_page = |pg: usize| {
+            let (lo, hi) = self.page(pg);
+            time_preds.iter().all(|p| {
+                let (lo, hi) = (u128::from(lo), u128::from(hi));
+                p.mask == u128::MAX && ((p.lo <= lo && hi <= p.hi) || hi < p.lo || p.hi < lo)
+            })
+        };
+        let (mut sure, mut maybe) = (0u64, Vec::new());
+        for i in self.select(need, time_preds) {
+            let i_us = i as usize;
+            let ok = known[self.tree.access(i_us) as usize]
+                && (!reads_flags || self.flags.access(i_us) != 1)
+                && lens_preds.iter().all(|p| class_decided(self.lens.access(i_us), p))
+                && decided_page(i_us / PAGE);
+            if ok { sure += 1 } else { maybe.push(i) }
+        }
+        (sure, maybe)
+    }
+
     /// Packets of the chunk that may satisfy `pred` (for planning).
     fn estimate(&self, pred: &Pred) -> u64 {
         if pred.field == Field::Time {
@@ -593,6 +668,26 @@ impl<'a> IndexView<'a> {
     /// Packets that may satisfy `pred`, from the key tables' counts and the time pages.
     pub fn estimate(&self, pred: &Pred) -> u64 {
         self.chunks.par_iter().map(|c| c.estimate(pred)).sum()
+    }
+
+    /// For an exact condition (one that equals the filter where fields are known, see `pcaptool_query::plan::exact`):
+    /// the packets the index alone shows to satisfy it, and the candidates it cannot decide (their fields unknown to
+    /// it, a length class or time page across a bound), which the caller reads and filters.
+    pub fn count(&self, need: &Need) -> (u64, Selection) {
+        let mut tp = Vec::new();
+        time_preds(need, &mut tp);
+        let per: Vec<(usize, u64, Vec<u32>)> = self
+            .chunks
+            .par_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (sure, maybe) = c.count(need, &tp);
+                (i, sure, maybe)
+            })
+            .collect();
+        let sure = per.iter().map(|p| p.1).sum();
+        let chunks = per.into_iter().filter(|p| !p.2.is_empty()).map(|(i, _, v)| (i, v)).collect();
+        (sure, Selection { chunks })
     }
 
     /// Every packet that may satisfy `need` (a superset of the packets that do; never fewer).

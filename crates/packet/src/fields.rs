@@ -397,6 +397,21 @@ impl Need {
             Need::Or(v) => v.iter().any(|n| n.may_match(value)),
         }
     }
+
+    /// Whether the condition holds, when every field it reads is known (present or missing); `None` when one is
+    /// unknown.
+    pub fn decide(&self, value: &dyn Fn(Field) -> FieldValue) -> Option<bool> {
+        if self.any_pred(&mut |p| value(p.field) == FieldValue::Unknown) { None } else { Some(self.may_match(value)) }
+    }
+
+    /// Whether some predicate of the condition satisfies `f`.
+    pub fn any_pred(&self, f: &mut dyn FnMut(&Pred) -> bool) -> bool {
+        match self {
+            Need::All => false,
+            Need::Pred(p) => f(p),
+            Need::And(v) | Need::Or(v) => v.iter().any(|n| n.any_pred(f)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -86,9 +86,10 @@ impl Walk {
                 Proto::Tcp => ip_proto(6, true),
                 Proto::Udp => ip_proto(17, true),
                 Proto::Sctp => ip_proto(132, true),
-                Proto::Icmp => ip_proto(1, false),
+                // IPv4 only (the IPv6 next header field is the same index field).
+                Proto::Icmp => Need::and(vec![eq(Field::LinkProto, 0x0800), ip_proto(1, false)]),
                 Proto::Icmp6 => ip_proto(58, true),
-                Proto::Igmp => ip_proto(2, false),
+                Proto::Igmp => Need::and(vec![eq(Field::LinkProto, 0x0800), ip_proto(2, false)]),
                 _ => Need::All,
             },
             Prim::Id { q, id, .. } => self.id(*q, id),
@@ -109,7 +110,7 @@ impl Walk {
         match (q.addr, id) {
             (AddrKind::Proto, Id::Num(v)) => match q.proto {
                 Proto::Default | Proto::Ip6 => ip_proto(*v, true),
-                Proto::Ip => ip_proto(*v, false),
+                Proto::Ip => Need::and(vec![eq(Field::LinkProto, 0x0800), ip_proto(*v, false)]),
                 Proto::Link if *v > 1500 && !matches!(*v, 0x809b | 0x80f3) => eq(Field::LinkProto, (*v).into()),
                 _ => Need::All,
             },
@@ -158,6 +159,17 @@ impl Walk {
 
 /// Ethertypes of VLAN tags (what libpcap's `vlan` tests).
 const VLAN_TPIDS: [u128; 3] = [0x8100, 0x88a8, 0x9100];
+
+/// Whether a relation is a TCP-flags test whose condition is exact (an operator that gives a range).
+fn tcp_flags_exact(op: RelOp, lhs: &Arith, rhs: &Arith) -> bool {
+    let ranged = match (op, constant(rhs)) {
+        (RelOp::Eq | RelOp::Gt | RelOp::Ge | RelOp::Le, Some(_)) => true,
+        (RelOp::Ne, Some(0)) => true,
+        (RelOp::Lt, Some(v)) => v > 0,
+        _ => false,
+    };
+    ranged && matches!(tcp_flags(op, lhs, rhs), Need::And(v) if v.len() == 3)
+}
 
 /// `tcp[13] [& m] op v` (also written `tcp[tcpflags]`): libpcap reads it on IPv4 TCP first fragments only.
 fn tcp_flags(op: RelOp, lhs: &Arith, rhs: &Arith) -> Need {
@@ -232,6 +244,49 @@ pub fn necessary(filter: &Filter) -> Need {
     }
 }
 
+/// Whether `filter` is *exactly* its condition ([`necessary`]) on Ethernet packets whose fields the condition
+/// reads are all known (present or missing, none unknown): then an index can count its matches without reading
+/// them (packets with an unknown field are still read). Conservative: an and/or of primitives known to be
+/// exact (addresses, ports qualified or not, `ip`/`ip6`/`arp`/`rarp`/`icmp`/`igmp`, `ether host`, `len`,
+/// `after`/`before`, TCP-flag relations); anything else, `not` included, is not. Tested on the corpus against the
+/// compiled filters.
+pub fn exact(filter: &Filter) -> bool {
+    fn expr(e: &Expr) -> bool {
+        match e {
+            Expr::And(a, b) | Expr::Or(a, b) => expr(a) && expr(b),
+            Expr::Not(_) => false,
+            Expr::Prim(p, _) => prim(p),
+        }
+    }
+    fn prim(p: &Prim) -> bool {
+        match p {
+            Prim::Proto(p) => {
+                matches!(p, Proto::Ip | Proto::Ip6 | Proto::Arp | Proto::Rarp | Proto::Icmp | Proto::Igmp)
+            }
+            Prim::Less(_) | Prim::Greater(_) | Prim::After(_) => true,
+            Prim::Before(t) => *t > 0,
+            Prim::Rel { op, lhs, rhs } => tcp_flags_exact(*op, lhs, rhs),
+            Prim::Id { q, id, .. } => {
+                let host_kind = matches!(q.addr, AddrKind::Default | AddrKind::Host | AddrKind::Net);
+                match (q.addr, id) {
+                    (AddrKind::Port, Id::Num(_)) => {
+                        matches!(q.proto, Proto::Default | Proto::Tcp | Proto::Udp | Proto::Sctp)
+                    }
+                    (_, Id::V4 { .. } | Id::V4Prefix { .. } | Id::V4Mask { .. } | Id::Num(_)) if host_kind => {
+                        matches!(q.proto, Proto::Default | Proto::Ip | Proto::Arp | Proto::Rarp)
+                            && v4_range(*q, id).is_some()
+                    }
+                    (_, Id::V6 { .. }) if host_kind => matches!(q.proto, Proto::Default | Proto::Ip6),
+                    (AddrKind::Default | AddrKind::Host, Id::Mac(_)) => q.proto == Proto::Link,
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+    filter.expr().is_some_and(expr)
+}
+
 /// An index the planner can use: which fields it holds and how many packets a predicate selects.
 pub trait IndexSource {
     /// Packets the index describes.
@@ -253,6 +308,9 @@ pub struct Plan {
     pub estimate: Option<(u64, u64)>,
     /// Whether to read the index's candidates (else scan every packet).
     pub use_index: bool,
+    /// Whether the filter is exactly its condition on packets whose fields are known ([`exact`]), so that an
+    /// index can count matches without reading them.
+    pub exact: bool,
 }
 
 /// Above this share of the packets, reading candidates in place costs more than a sequential scan.
@@ -271,14 +329,17 @@ fn estimate(n: &Need, idx: &dyn IndexSource) -> u64 {
 /// Plans `filter` against an index (or none): the index part, its estimated candidates, and the choice.
 pub fn plan(filter: &Filter, index: Option<&dyn IndexSource>) -> Plan {
     let need = necessary(filter);
+    let exact = exact(filter);
     let Some(idx) = index else {
-        return Plan { need, index: None, estimate: None, use_index: false };
+        return Plan { need, index: None, estimate: None, use_index: false, exact };
     };
     let part = need.restrict(&|f| idx.has_field(f));
     let est = estimate(&part, idx);
     let total = idx.packets();
     let use_index = part != Need::All && (est as f64) <= INDEX_SELECTIVITY_LIMIT * total as f64;
-    Plan { need, index: Some(part), estimate: Some((est, total)), use_index }
+    // An exact condition the index holds completely can also count without reading.
+    let exact = exact && part == need;
+    Plan { need, index: Some(part), estimate: Some((est, total)), use_index, exact }
 }
 
 impl Plan {

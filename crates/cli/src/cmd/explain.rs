@@ -56,6 +56,7 @@ pub(crate) fn print(
             "parsed": parsed,
             "index_condition": plan.need.to_string(),
             "plan": plan.describe(),
+            "exact": plan.exact,
             "link_types": per_lt,
         });
         if let Some(ix) = index {
@@ -77,6 +78,11 @@ pub(crate) fn print(
     println!("parsed:    {parsed}");
     println!("indexable: {}", plan.need);
     println!("plan:      {}", plan.describe());
+    if plan.exact && index.is_some() {
+        println!(
+            "count:     exact condition: --count takes matches from the index, reading only packets it cannot decide"
+        );
+    }
     if let Some(ix) = index {
         println!("index:     {} ({} packets in {} chunks, {} bytes)", ix.path, ix.packets, ix.chunks, ix.index_bytes);
         if let Some((chunks, candidates, bytes)) = ix.reads {

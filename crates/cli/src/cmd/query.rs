@@ -206,8 +206,20 @@ pub(crate) fn execute(
             Some(pcaptool_packet::TraceWriter::new(sink, format)?)
         }
     };
-    let result = match (view, &selection) {
-        (Some(v), Some(sel)) => indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), args),
+    // Counting an exact condition: the index decides every packet whose fields it knows; only the others are read.
+    let counted = match (view, &plan.index) {
+        (Some(v), Some(part)) if args.count && args.write.is_none() && plan.exact => Some(v.count(part)),
+        _ => None,
+    };
+    let result = match (view, &counted, &selection) {
+        (Some(v), Some((sure, undecided)), _) => {
+            indexed(&mut reader, v, undecided, &mut matchers, None, args).map(|mut s| {
+                s.matched = (s.matched + sure).min(args.limit.unwrap_or(u64::MAX));
+                s.from_index = Some(*sure);
+                s
+            })
+        }
+        (Some(v), None, Some(sel)) => indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), args),
         _ => scan(&mut reader, &mut matchers, out.as_mut(), args),
     };
     let finish =
@@ -237,6 +249,9 @@ pub(crate) fn execute(
             if let Some(c) = stats.candidates {
                 v["index_candidates"] = c.into();
             }
+            if let Some(c) = stats.from_index {
+                v["counted_from_index"] = c.into();
+            }
             v.to_string()
         } else {
             stats.matched.to_string()
@@ -260,6 +275,8 @@ struct Stats {
     matched: u64,
     /// Packets the index selected and the filter ran on.
     candidates: Option<u64>,
+    /// Matches the index counted without reading them.
+    from_index: Option<u64>,
     damage: Option<pcaptool_packet::TraceError>,
 }
 
@@ -275,7 +292,7 @@ fn scan(
     let limit = args.limit.unwrap_or(u64::MAX);
     let snap = snapshot(reader);
 
-    let mut stats = Stats { scanned: 0, matched: 0, candidates: None, damage: None };
+    let mut stats = Stats { scanned: 0, matched: 0, candidates: None, from_index: None, damage: None };
     let total = std::fs::metadata(&args.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
     let pb = progress::bytes(total, "query");
     if let Some(bytes) = reader.as_bytes() {
@@ -404,7 +421,8 @@ fn indexed(
 ) -> anyhow::Result<Stats> {
     let limit = args.limit.unwrap_or(u64::MAX);
     let snap = snapshot(reader);
-    let mut stats = Stats { scanned: view.packets(), matched: 0, candidates: Some(sel.count()), damage: None };
+    let mut stats =
+        Stats { scanned: view.packets(), matched: 0, candidates: Some(sel.count()), from_index: None, damage: None };
     let file = view.file();
     if let Some(bytes) = reader.as_bytes() {
         let seeker = Seeker::new(bytes, file.structure())
