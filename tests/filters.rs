@@ -547,6 +547,9 @@ mod random {
         table().into_iter().filter(|f| !matches!(f.as_str(), "1 + 2 * 3 = 7" | "len / (1 - 1) = 1")).collect()
     }
 
+    /// A table filter for random Ethernet packets: ours, libpcap's, the planner's condition, whether it is exact.
+    type EtherCase = (String, Option<Matcher>, Option<Program>, plan::Need, bool);
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -555,7 +558,7 @@ mod random {
         #[test]
         fn table_on_random_ethernet_packets((pkt, wire) in ether_packet()) {
             thread_local! {
-                static PROGS: Vec<(String, Option<Matcher>, Option<Program>, plan::Need, bool)> = {
+                static PROGS: Vec<EtherCase> = {
                     let h = Handle::dead(1);
                     filters().into_iter().map(|f| {
                         let parsed = Filter::new(&f);
