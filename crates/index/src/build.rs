@@ -6,7 +6,7 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{Compression, PacketFields, Record, Records, TraceError, TraceReader};
-use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RsBitVector};
+use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RsBitVector, WaveletMatrix};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
@@ -214,7 +214,7 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
     write_table(&mut o, &input.keys);
     o.align8();
     for seq in [&input.ids, &input.flags, &input.lens] {
-        let wt = HuffmanWaveletTree::<RsBitVector>::from_symbols(seq.iter().copied()).to_bytes();
+        let wt = encode_sequence(seq);
         o.u64(wt.len() as u64);
         o.bytes(&wt);
         o.align8();
@@ -226,6 +226,29 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
         first_packet: input.first_packet,
         t_min: input.pages.iter().map(|p| p.0).min().unwrap_or(0),
         t_max: input.pages.iter().map(|p| p.1).max().unwrap_or(0),
+    }
+}
+
+/// A per-packet sequence as the smaller wavelet structure, by the sizes both would have: a Huffman-shaped tree
+/// costs about `n·(H0 + 1)` bits plus 24 bytes per distinct symbol, a wavelet matrix `n·⌈log2 σ⌉` bits and no
+/// table (with the same rank directories on both). Sequences of key ids with tens of thousands of distinct keys
+/// per chunk are smaller as a matrix (2.65 MB against 3.67 MB per 1M packets on the generated trace); flags
+/// and length classes as Huffman-shaped trees.
+pub(crate) fn encode_sequence(seq: &[u32]) -> Vec<u8> {
+    let n = seq.len() as f64;
+    let max = seq.iter().copied().max().unwrap_or(0);
+    let mut counts = vec![0u64; max as usize + 1];
+    for &s in seq {
+        counts[s as usize] += 1;
+    }
+    let sigma = counts.iter().filter(|&&c| c > 0).count() as f64;
+    let h0: f64 = counts.iter().filter(|&&c| c > 0).map(|&c| c as f64 / n * (n / c as f64).log2()).sum();
+    let huffman_bits = n * (h0 + 1.0) + 192.0 * sigma;
+    let matrix_bits = n * f64::from((32 - max.leading_zeros()).max(1));
+    if matrix_bits < huffman_bits {
+        WaveletMatrix::<RsBitVector>::from_symbols(seq.iter().copied()).to_bytes()
+    } else {
+        HuffmanWaveletTree::<RsBitVector>::from_symbols(seq.iter().copied()).to_bytes()
     }
 }
 

@@ -104,9 +104,10 @@ pub(crate) fn class_decided(class: u32, pred: &Pred) -> bool {
 pub(crate) fn key_of(fields: &PacketFields<'_>) -> Key {
     let mut k = [0u8; KEY_BYTES];
     let mut at = 0;
-    for f in KEY_FIELDS {
+    let all = fields.get_all();
+    for (i, f) in KEY_FIELDS.into_iter().enumerate() {
         let w = width(f);
-        match fields.get(f) {
+        match all[i] {
             FieldValue::Missing => k[at] = 0,
             FieldValue::Unknown => k[at] = 1,
             FieldValue::Value(v) => {
@@ -317,7 +318,7 @@ impl<'a> KeyTable<'a> {
 
     /// Whether key `k` is the key of these fields (the check that the trace still holds the indexed packet).
     pub(crate) fn is_key_of(&self, k: usize, fields: &PacketFields<'_>) -> bool {
-        self.columns.iter().all(|c| c.value(k) == fields.get(c.field))
+        k < self.keys && self.columns.iter().all(|c| c.value(k) == fields.get(c.field))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use pcaptool_packet::{Field, Need, PacketFields, Pred, Record, Seeker};
-use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RsBitVector};
+use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RsBitVector, WaveletMatrix};
 use rayon::prelude::*;
 
 use crate::IndexError;
@@ -177,10 +177,85 @@ impl IndexFile {
     }
 }
 
-type Tree<'a> = HuffmanWaveletTree<RsBitVector<LeBytes<'a>>, LeBytes<'a>>;
+type Huffman<'a> = HuffmanWaveletTree<RsBitVector<LeBytes<'a>>, LeBytes<'a>>;
+type Matrix<'a> = WaveletMatrix<RsBitVector<LeBytes<'a>>, LeBytes<'a>>;
 
-/// One per-packet sequence of a chunk: its wavelet tree and the number of occurrences of every symbol (read once
-/// from the tree's slot table, so that counting a set of symbols over the chunk is a sum).
+/// A per-packet sequence's wavelet structure: whichever the builder found smaller.
+#[derive(Debug)]
+enum Tree<'a> {
+    Huffman(Huffman<'a>),
+    Matrix(Matrix<'a>),
+}
+
+impl<'a> Tree<'a> {
+    /// Loads either structure, by the kind in its PTWV header.
+    fn from_bytes(b: &'a [u8]) -> Result<Tree<'a>, pcaptool_wavelet::Error> {
+        match b.get(6..8).map(|k| u16::from_le_bytes([k[0], k[1]])) {
+            Some(4) => Ok(Tree::Matrix(Matrix::from_bytes(b)?)),
+            _ => Ok(Tree::Huffman(Huffman::from_bytes(b)?)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Tree::Huffman(t) => t.len(),
+            Tree::Matrix(t) => t.len(),
+        }
+    }
+
+    fn access(&self, i: usize) -> u32 {
+        match self {
+            Tree::Huffman(t) => t.access(i),
+            Tree::Matrix(t) => t.access(i),
+        }
+    }
+
+    fn rank(&self, s: u32, i: usize) -> usize {
+        match self {
+            Tree::Huffman(t) => t.rank(s, i),
+            Tree::Matrix(t) => t.rank(s, i),
+        }
+    }
+
+    fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self {
+            Tree::Huffman(t) => Box::new(t.positions(s, l, r)),
+            Tree::Matrix(t) => Box::new(t.positions(s, l, r)),
+        }
+    }
+
+    /// The occurrences of every symbol below `alphabet` (a Huffman-shaped tree's slot table; a matrix walked
+    /// once as a trie).
+    fn symbol_counts(&self, alphabet: usize) -> Vec<u32> {
+        let mut counts = vec![0u32; alphabet];
+        match self {
+            Tree::Huffman(t) => {
+                for (s, c) in t.symbols() {
+                    if let Some(x) = counts.get_mut(s as usize) {
+                        *x = c as u32;
+                    }
+                }
+            }
+            Tree::Matrix(t) => {
+                for (x, c) in counts.iter_mut().zip(t.counts_below(alphabet as u32)) {
+                    *x = c as u32;
+                }
+            }
+        }
+        counts
+    }
+
+    /// The largest symbol the structure can hold (a matrix's width bounds it).
+    fn max_symbol(&self) -> u64 {
+        match self {
+            Tree::Huffman(t) => t.symbols().map(|(s, _)| u64::from(s)).max().unwrap_or(0),
+            Tree::Matrix(t) => (1u64 << t.width()) - 1,
+        }
+    }
+}
+
+/// One per-packet sequence of a chunk: its wavelet structure and, where the structure keeps them, the number of
+/// occurrences of every symbol (so that counting a set of symbols over the chunk is a sum).
 #[derive(Debug)]
 struct Seq<'a> {
     tree: Tree<'a>,
@@ -189,10 +264,7 @@ struct Seq<'a> {
 
 impl<'a> Seq<'a> {
     fn new(tree: Tree<'a>, alphabet: usize) -> Seq<'a> {
-        let mut counts = vec![0u32; alphabet];
-        for (s, c) in tree.symbols() {
-            counts[s as usize] = c as u32;
-        }
+        let counts = tree.symbol_counts(alphabet);
         Seq { tree, counts }
     }
 
@@ -294,8 +366,9 @@ impl<'a> ChunkView<'a> {
             if t.len() != n {
                 return Err(format!("the {what} wavelet tree has {} symbols for {n} packets", t.len()));
             }
-            if let Some((s, _)) = t.symbols().find(|&(s, _)| s as usize >= limit) {
-                return Err(format!("{what} symbol {s} is out of range (below {limit})"));
+            // A matrix may hold symbols up to its width: each access is checked against the limit instead.
+            if matches!(t, Tree::Huffman(_)) && t.max_symbol() >= limit as u64 {
+                return Err(format!("{what} symbol {} is out of range (below {limit})", t.max_symbol()));
             }
             Ok(t)
         };
@@ -466,7 +539,9 @@ impl<'a> ChunkView<'a> {
         match prep {
             Prep::All => true,
             Prep::Time(t) => truth.get(*t).is_none_or(|t| *t),
-            Prep::Keys(t) => t[*key.get_or_insert_with(|| self.tree.access(i)) as usize],
+            // A key id past the table (only a damaged matrix could hold one) selects the packet: it is read and
+            // then refused as not the packet the index describes.
+            Prep::Keys(t) => t.get(*key.get_or_insert_with(|| self.tree.access(i)) as usize).copied().unwrap_or(true),
             Prep::Flags(t) => t.get(self.flags.access(i) as usize).copied().unwrap_or(false),
             Prep::Lens(t) => t.get(self.lens.access(i) as usize).copied().unwrap_or(false),
             Prep::And(v) => v.iter().all(|p| self.may(p, i, truth, key)),
@@ -566,7 +641,7 @@ impl<'a> ChunkView<'a> {
         let (mut sure, mut maybe) = (0u64, Vec::new());
         for i in self.select(need, time_preds) {
             let i_us = i as usize;
-            let ok = known[self.tree.access(i_us) as usize]
+            let ok = known.get(self.tree.access(i_us) as usize).copied().unwrap_or(false)
                 && (!reads_flags || self.flags.access(i_us) != 1)
                 && lens_preds.iter().all(|p| class_decided(self.lens.access(i_us), p))
                 && decided_page(i_us / PAGE);

@@ -149,6 +149,34 @@ impl<B: BitVector, W: Words> WaveletMatrix<B, W> {
         self.rank(c, self.n)
     }
 
+    /// Occurrences of every symbol below `limit` (entry `c` for symbol `c`), in one walk of the matrix as a trie:
+    /// two ranks per node with occurrences, instead of one descent per symbol.
+    pub fn counts_below(&self, limit: u32) -> Vec<usize> {
+        let mut out = vec![0usize; limit as usize];
+        if self.n == 0 || limit == 0 {
+            return out;
+        }
+        // (level, prefix, range start, range end): the symbols with this prefix occupy [s, e) at this level.
+        let mut stack = vec![(0u32, 0u64, 0usize, self.n)];
+        while let Some((l, prefix, s, e)) = stack.pop() {
+            if s == e {
+                continue;
+            }
+            let rest = self.width - l;
+            if prefix << rest >= u64::from(limit) {
+                continue;
+            }
+            if l == self.width {
+                out[prefix as usize] += e - s;
+                continue;
+            }
+            let (rs, re) = (self.rank1_at(l, s), self.rank1_at(l, e));
+            stack.push((l + 1, prefix << 1, s - rs, e - re));
+            stack.push((l + 1, prefix << 1 | 1, self.zeros(l) + rs, self.zeros(l) + re));
+        }
+        out
+    }
+
     /// Position of the `k`-th occurrence of `c` (from 0).
     pub fn select(&self, c: u32, k: usize) -> Option<usize> {
         if !self.fits(c) || self.n == 0 {
@@ -272,6 +300,11 @@ mod tests {
         assert_eq!(wm.len(), seq.len());
         for (i, &s) in seq.iter().enumerate() {
             assert_eq!(wm.access(i), s);
+        }
+        let limit = seq.iter().copied().max().unwrap_or(0).saturating_add(3).min(1 << 16);
+        let counts = wm.counts_below(limit);
+        for (c, &n) in counts.iter().enumerate() {
+            assert_eq!(n, seq.iter().filter(|&&s| s as usize == c).count(), "counts_below: symbol {c}");
         }
         let mut distinct: Vec<u32> = seq.to_vec();
         distinct.sort_unstable();
