@@ -15,6 +15,7 @@ fn replay_fuzz_regressions() {
         ("wavelet_ops", pcaptool_wavelet::fuzz_harness::ops_vs_naive),
         ("filter_parse", pcaptool_query::fuzz_harness::parse_roundtrip),
         ("filter_eval", pcaptool_tests::fuzz::filter_vs_libpcap),
+        ("index_from_bytes", pcaptool_index::fuzz_harness::from_bytes),
     ] {
         let dir = repo_root().join("fuzz/regressions").join(target);
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

@@ -228,6 +228,14 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     }
     let filters = filter_seeds(&dir)?;
     eprintln!("fuzz seeds in {}: filter_parse and filter_eval {filters}", dir.display());
+    // The index target edits a valid index it builds itself: its seeds are a few edit lists.
+    let index = dir.join("index_from_bytes");
+    std::fs::create_dir_all(&index)?;
+    for (i, seed) in
+        [&[][..], &[0x40, 0, 0, 0, 0xff], &[0x00, 0x02, 0, 0, 0x01, 0x10, 0x03, 0, 0, 0x80]].iter().enumerate()
+    {
+        std::fs::write(index.join(format!("s{i}")), seed)?;
+    }
     eprintln!(
         "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}, wavelet {}",
         dir.display(),

@@ -39,6 +39,8 @@
 mod build;
 mod error;
 mod format;
+#[doc(hidden)]
+pub mod fuzz_harness;
 mod keys;
 mod select;
 

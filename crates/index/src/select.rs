@@ -38,6 +38,11 @@ impl IndexFile {
     /// Reads the index at `path` and checks its header and directory.
     pub fn open(path: &Path) -> Result<IndexFile, IndexError> {
         let bytes = std::fs::read(path).map_err(|e| IndexError::io(path, e))?;
+        IndexFile::from_bytes(path, bytes)
+    }
+
+    /// Checks the header and directory of index bytes read from `path` (named in errors).
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<IndexFile, IndexError> {
         let corrupt = |offset: u64, why: String| IndexError::Corrupt { path: path.to_path_buf(), offset, why };
         let header = Header::decode(&bytes).map_err(|(is_index, why)| {
             if is_index { corrupt(0, why) } else { IndexError::NotIndex { path: path.to_path_buf(), why } }
