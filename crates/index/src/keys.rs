@@ -78,26 +78,23 @@ pub(crate) fn code_may(code: u32, pred: &Pred) -> bool {
     }
 }
 
+/// The smallest and largest wire length of class `class`.
+fn class_range(class: u32) -> (u128, u128) {
+    let c = (class as usize).min(LEN_BOUNDS.len() - 1);
+    let min = if c == 0 { 0 } else { u128::from(LEN_BOUNDS[c - 1]) + 1 };
+    (min, u128::from(LEN_BOUNDS[c]))
+}
+
 /// Whether a packet of wire-length class `class` may satisfy the wire-length predicate `pred`.
 pub(crate) fn class_may(class: u32, pred: &Pred) -> bool {
-    if pred.mask != u128::MAX {
-        return true;
-    }
-    let c = class as usize;
-    let min = if c == 0 { 0 } else { u128::from(LEN_BOUNDS[c - 1]) + 1 };
-    let max = u128::from(LEN_BOUNDS[c.min(LEN_BOUNDS.len() - 1)]);
-    min <= pred.hi && pred.lo <= max
+    let (min, max) = class_range(class);
+    pred.mask != u128::MAX || (min <= pred.hi && pred.lo <= max)
 }
 
 /// Whether every length of class `class` satisfies `pred`, or none does (the class decides the predicate).
 pub(crate) fn class_decided(class: u32, pred: &Pred) -> bool {
-    if pred.mask != u128::MAX {
-        return false;
-    }
-    let c = class as usize;
-    let min = if c == 0 { 0 } else { u128::from(LEN_BOUNDS[c - 1]) + 1 };
-    let max = u128::from(LEN_BOUNDS[c.min(LEN_BOUNDS.len() - 1)]);
-    (pred.lo <= min && max <= pred.hi) || max < pred.lo || pred.hi < min
+    let (min, max) = class_range(class);
+    pred.mask == u128::MAX && ((pred.lo <= min && max <= pred.hi) || max < pred.lo || pred.hi < min)
 }
 
 /// The key of a packet.

@@ -558,8 +558,7 @@ impl<'a> ChunkView<'a> {
     fn select(&self, need: &Need, time_preds: &[Pred]) -> Vec<u32> {
         let prep = self.prepare(need, time_preds);
         let leaf = !matches!(prep, Prep::And(_) | Prep::Or(_));
-        let overlaps =
-            |(lo, hi): (u64, u64), p: &Pred| p.mask != u128::MAX || (u128::from(lo) <= p.hi && p.lo <= u128::from(hi));
+        let overlaps = page_may;
         // Pages with the same answers to the time predicates form ranges, each selected at once.
         let mut out = Vec::new();
         let mut p = 0;
@@ -658,17 +657,17 @@ impl<'a> ChunkView<'a> {
     /// Packets of the chunk that may satisfy `pred` (for planning).
     fn estimate(&self, pred: &Pred) -> u64 {
         if pred.field == Field::Time {
-            let hit = (0..self.pages())
-                .filter(|&p| {
-                    let (lo, hi) = self.page(p);
-                    pred.mask != u128::MAX || (u128::from(lo) <= pred.hi && pred.lo <= u128::from(hi))
-                })
-                .count();
+            let hit = (0..self.pages()).filter(|&p| page_may(self.page(p), pred)).count();
             return (hit * PAGE).min(self.n) as u64;
         }
         let prep = self.prepare(&Need::Pred(*pred), &[]);
         self.estimate_in(&prep, 0, self.n, &[]) as u64
     }
+}
+
+/// Whether a page whose timestamps span `[lo, hi]` may hold a packet satisfying the time predicate `p`.
+fn page_may((lo, hi): (u64, u64), p: &Pred) -> bool {
+    p.mask != u128::MAX || (u128::from(lo) <= p.hi && p.lo <= u128::from(hi))
 }
 
 /// Flags codes: missing, unknown, and the 256 flag bytes.
