@@ -285,6 +285,12 @@ fn stale_damaged_and_foreign_indexes_are_refused() {
     let o = query(&[]);
     refused(&o, "not an index");
     assert!(err(&o).contains("not a pcaptool index"), "{}", err(&o));
+    let mut old = ix.clone();
+    old[4..6].copy_from_slice(&1u16.to_le_bytes());
+    std::fs::write(&idx, &old).unwrap();
+    let o = query(&[]);
+    refused(&o, "index of an older format");
+    assert!(err(&o).contains("format version 1"), "{}", err(&o));
 
     // Another trace's index.
     let other = gen_trace(&tmp, "b.pcap", 2);

@@ -18,7 +18,18 @@ pub enum IndexError {
     /// The trace could not be read.
     #[error(transparent)]
     Trace(#[from] pcaptool_packet::TraceError),
-    /// The file is not an index, or one of another version.
+    /// The file is an index of another format version.
+    #[error(
+        "{path} is an index of format version {found}, this pcaptool reads version {}; rebuild it with `pcaptool index`",
+        crate::VERSION
+    )]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version it has.
+        found: u16,
+    },
+    /// The file is not an index.
     #[error("{path} is not a pcaptool index ({why})")]
     NotIndex {
         /// The file.

@@ -6,7 +6,7 @@ use pcaptool_wavelet::Crc32;
 /// The first four bytes of an index.
 pub const MAGIC: [u8; 4] = *b"PTIX";
 /// The format version this crate writes and reads.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;
 /// Bytes of the trace's start and end whose checksums identify it.
@@ -160,26 +160,26 @@ impl Header {
         o.into_inner()
     }
 
-    /// Reads a header: `Err((is_index, why))`, where `is_index` tells a damaged index from another file.
-    pub(crate) fn decode(b: &[u8]) -> Result<Header, (bool, String)> {
+    /// Reads a header.
+    pub(crate) fn decode(b: &[u8]) -> Result<Header, HeaderError> {
         if b.len() < 8 || b[..4] != MAGIC {
-            return Err((false, "no PTIX magic at its start".into()));
+            return Err(HeaderError::Foreign("no PTIX magic at its start".into()));
         }
         let mut c = Cursor::new(b);
         let ver = |c: &mut Cursor<'_>| -> Result<u16, String> {
             c.bytes(4)?;
             c.u16()
         };
-        let version = ver(&mut c).map_err(|e| (false, e))?;
+        let version = ver(&mut c).map_err(HeaderError::Foreign)?;
         if version != VERSION {
-            return Err((false, format!("format version {version}; this pcaptool reads version {VERSION}")));
+            return Err(HeaderError::Version(version));
         }
         if b.len() < HEADER_LEN {
-            return Err((true, format!("the header needs {HEADER_LEN} bytes, the file has {}", b.len())));
+            return Err(HeaderError::Damaged(format!("the header needs {HEADER_LEN} bytes, the file has {}", b.len())));
         }
         let stored = u32::from_le_bytes([b[HEADER_LEN - 4], b[HEADER_LEN - 3], b[HEADER_LEN - 2], b[HEADER_LEN - 1]]);
         if crc32(&b[..HEADER_LEN - 4]) != stored {
-            return Err((true, "header checksum mismatch".into()));
+            return Err(HeaderError::Damaged("header checksum mismatch".into()));
         }
         let parse = || -> Result<Header, String> {
             let mut c = Cursor::new(&b[8..HEADER_LEN]);
@@ -218,11 +218,83 @@ impl Header {
             }
             Ok(h)
         };
-        parse().map_err(|e| (true, e))
+        parse().map_err(HeaderError::Damaged)
     }
+}
+
+/// Why a header was refused.
+#[derive(Debug)]
+pub(crate) enum HeaderError {
+    /// Not an index.
+    Foreign(String),
+    /// An index of another format version.
+    Version(u16),
+    /// An index whose header is damaged.
+    Damaged(String),
 }
 
 /// Packets per offset block: the index keeps the offset of every block's first record.
 pub const BLOCK: usize = 64;
 /// Packets per time page: the index keeps every page's earliest and latest timestamp.
 pub const PAGE: usize = 1024;
+
+/// Packs unsigned values of a fixed bit width, least significant bit first.
+pub(crate) struct BitPacker {
+    bits: u32,
+    out: Vec<u8>,
+    acc: u64,
+    fill: u32,
+}
+
+impl BitPacker {
+    /// A packer of `bits`-bit values (at most 56).
+    pub(crate) fn new(bits: u32) -> BitPacker {
+        debug_assert!(bits <= 56);
+        BitPacker { bits, out: Vec::new(), acc: 0, fill: 0 }
+    }
+
+    pub(crate) fn push(&mut self, v: u64) {
+        debug_assert!(self.bits == 64 || v >> self.bits == 0);
+        self.acc |= v << self.fill;
+        self.fill += self.bits;
+        while self.fill >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.fill -= 8;
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        if self.fill > 0 {
+            self.out.push(self.acc as u8);
+        }
+        self.out
+    }
+}
+
+/// Bytes of `n` packed `bits`-bit values.
+pub(crate) fn packed_len(n: usize, bits: u32) -> usize {
+    (n * bits as usize).div_ceil(8)
+}
+
+/// Unpacks `n` values of `bits` bits (as [`BitPacker`] wrote them) from `bytes`, which must hold them.
+pub(crate) fn unpack(bytes: &[u8], bits: u32, n: usize) -> impl Iterator<Item = u64> + '_ {
+    let mask = if bits == 0 { 0 } else { u64::MAX >> (64 - bits) };
+    let mut it = bytes.iter();
+    let (mut acc, mut fill) = (0u64, 0u32);
+    (0..n).map(move |_| {
+        while fill < bits {
+            acc |= u64::from(*it.next().unwrap_or(&0)) << fill;
+            fill += 8;
+        }
+        let v = acc & mask;
+        acc = acc.checked_shr(bits).unwrap_or(0);
+        fill -= bits;
+        v
+    })
+}
+
+/// Bits needed to write every value up to `max`.
+pub(crate) fn bits_for(max: u64) -> u32 {
+    64 - max.leading_zeros()
+}

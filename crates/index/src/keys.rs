@@ -5,7 +5,7 @@
 
 use pcaptool_packet::{Field, FieldValue, PacketFields, Pred};
 
-use crate::format::{Cursor, Out};
+use crate::format::{BitPacker, Cursor, Out, packed_len, unpack};
 
 /// The header fields a key holds, in key order: every field but TCP flags, wire length and time.
 pub const KEY_FIELDS: [Field; 13] = {
@@ -121,24 +121,87 @@ fn be(b: &[u8]) -> u128 {
     b.iter().fold(0u128, |a, &x| (a << 8) | u128::from(x))
 }
 
-/// Writes the key table of `keys`: per field a sorted dictionary of present values and one code per key
-/// (0 missing, 1 unknown, 2 + dictionary index), packed in the fewest bits.
-pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
+/// Byte offset in a [`Key`] of the tag of `KEY_FIELDS[i]`.
+const fn tag_at(i: usize) -> usize {
     let mut at = 0;
-    for f in KEY_FIELDS {
-        let w = width(f);
+    let mut j = 0;
+    while j < i {
+        at += 1 + width(KEY_FIELDS[j]);
+        j += 1;
+    }
+    at
+}
+
+/// The order of keys in a table: by shape (IPv4 without ports, IPv4 with ports, IPv6 with ports, IPv6 without,
+/// ARP, other, then keys with an unknown field), so that each field's present codes lie in one short range of
+/// rows and the rows outside it cost nothing ([`write_table`]); ties keep the order of first appearance.
+pub(crate) fn shape_rank(k: &Key) -> u8 {
+    let tag = |f: Field| k[tag_at(KEY_FIELDS.iter().position(|&x| x == f).unwrap_or(0))];
+    let (ip4, ip6, ports, arp) =
+        (tag(Field::Ip4Src) == 2, tag(Field::Ip6Src) == 2, tag(Field::SrcPort) == 2, tag(Field::ArpSpa) == 2);
+    if (0..KEY_FIELDS.len()).any(|i| k[tag_at(i)] == 1) {
+        6
+    } else if ip4 {
+        u8::from(ports)
+    } else if ip6 {
+        if ports { 2 } else { 3 }
+    } else if arp {
+        4
+    } else {
+        5
+    }
+}
+
+/// The field that holds, for a packet going the other way along a flow, what `f` holds for this one.
+pub(crate) fn mirror(f: Field) -> Field {
+    match f {
+        Field::EthSrc => Field::EthDst,
+        Field::EthDst => Field::EthSrc,
+        Field::Ip4Src => Field::Ip4Dst,
+        Field::Ip4Dst => Field::Ip4Src,
+        Field::Ip6Src => Field::Ip6Dst,
+        Field::Ip6Dst => Field::Ip6Src,
+        Field::SrcPort => Field::DstPort,
+        Field::DstPort => Field::SrcPort,
+        Field::ArpSpa => Field::ArpTpa,
+        Field::ArpTpa => Field::ArpSpa,
+        f => f,
+    }
+}
+
+/// The key of a packet going the other way: every field with its [`mirror`]'s tag and value.
+pub(crate) fn reversed(k: &Key) -> Key {
+    let mut r = [0u8; KEY_BYTES];
+    for (i, f) in KEY_FIELDS.into_iter().enumerate() {
+        let j = KEY_FIELDS.iter().position(|&x| x == mirror(f)).unwrap_or(i);
+        let w = 1 + width(f);
+        r[tag_at(i)..tag_at(i) + w].copy_from_slice(&k[tag_at(j)..tag_at(j) + w]);
+    }
+    r
+}
+
+/// Writes the key table of `keys`: per field a sorted dictionary of present values and, for the rows from the
+/// first to the last whose field is not missing, one code per row (0 missing, 1 unknown, 2 + dictionary index),
+/// packed in the fewest bits; rows outside that range are missing.
+pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
+    for (i, f) in KEY_FIELDS.into_iter().enumerate() {
+        let (at, w) = (tag_at(i), width(f));
         let mut dict: Vec<&[u8]> =
             keys.iter().filter(|k| k[at] == 2).map(|k| &k[at + 1..at + 1 + w]).collect::<Vec<_>>();
         dict.sort_unstable();
         dict.dedup();
         let bits = code_bits(dict.len());
+        let lo = keys.iter().position(|k| k[at] != 0).unwrap_or(0);
+        let hi = keys.iter().rposition(|k| k[at] != 0).map_or(0, |h| h + 1);
         out.u32(dict.len() as u32);
         out.u32(bits);
+        out.u32(lo as u32);
+        out.u32(hi as u32);
         for v in &dict {
             out.bytes(v);
         }
         let mut packed = BitPacker::new(bits);
-        for k in keys {
+        for k in &keys[lo..hi] {
             let code = match k[at] {
                 2 => 2 + dict.binary_search(&&k[at + 1..at + 1 + w]).expect("value is in the dictionary") as u64,
                 t => u64::from(t),
@@ -146,7 +209,6 @@ pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
             packed.push(code);
         }
         out.bytes(&packed.finish());
-        at += 1 + w;
     }
 }
 
@@ -156,47 +218,16 @@ fn code_bits(n: usize) -> u32 {
     64 - max.leading_zeros()
 }
 
-struct BitPacker {
-    bits: u32,
-    out: Vec<u8>,
-    acc: u64,
-    fill: u32,
-}
-
-impl BitPacker {
-    fn new(bits: u32) -> BitPacker {
-        BitPacker { bits, out: Vec::new(), acc: 0, fill: 0 }
-    }
-
-    fn push(&mut self, v: u64) {
-        self.acc |= v << self.fill;
-        self.fill += self.bits;
-        while self.fill >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.fill -= 8;
-        }
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        if self.fill > 0 {
-            self.out.push(self.acc as u8);
-        }
-        self.out
-    }
-}
-
-fn packed_len(n: usize, bits: u32) -> usize {
-    (n * bits as usize).div_ceil(8)
-}
-
 /// One column of a key table.
 #[derive(Clone, Copy, Debug)]
 struct Column<'a> {
     field: Field,
     dict: &'a [u8],
+    /// Codes of rows `lo..hi`; the other rows are missing (code 0).
     codes: &'a [u8],
     bits: u32,
+    lo: usize,
+    hi: usize,
 }
 
 impl Column<'_> {
@@ -210,10 +241,10 @@ impl Column<'_> {
     }
 
     fn code(&self, k: usize) -> u64 {
-        if self.bits == 0 {
+        if self.bits == 0 || !(self.lo..self.hi).contains(&k) {
             return 0;
         }
-        let bit = k * self.bits as usize;
+        let bit = (k - self.lo) * self.bits as usize;
         let (byte, shift) = (bit / 8, bit % 8);
         let mut w = [0u8; 8];
         let end = (byte + 8).min(self.codes.len());
@@ -221,22 +252,16 @@ impl Column<'_> {
         (u64::from_le_bytes(w) >> shift) & ((1u64 << self.bits) - 1)
     }
 
-    /// Every key's code, in order, unpacked as a stream.
+    /// The codes of rows `lo..hi`, in order, unpacked as a stream.
+    fn stored_codes(&self) -> impl Iterator<Item = u64> + '_ {
+        unpack(self.codes, self.bits, self.hi - self.lo)
+    }
+
+    /// Every row's code, in order (`keys` rows).
     fn codes(&self, keys: usize) -> impl Iterator<Item = u64> + '_ {
-        let bits = self.bits;
-        let mask = if bits == 0 { 0 } else { u64::MAX >> (64 - bits) };
-        let mut bytes = self.codes.iter();
-        let (mut acc, mut fill) = (0u64, 0u32);
-        (0..keys).map(move |_| {
-            while fill < bits {
-                acc |= u64::from(*bytes.next().unwrap_or(&0)) << fill;
-                fill += 8;
-            }
-            let v = acc & mask;
-            acc = acc.checked_shr(bits).unwrap_or(0);
-            fill -= bits;
-            v
-        })
+        let before = std::iter::repeat_n(0, self.lo);
+        let after = std::iter::repeat_n(0, keys.saturating_sub(self.hi));
+        before.chain(self.stored_codes()).chain(after)
     }
 
     fn value(&self, k: usize) -> FieldValue {
@@ -248,75 +273,131 @@ impl Column<'_> {
     }
 }
 
-/// The key table of a chunk, read from its bytes.
+/// The key table of a chunk, read from its bytes. Each row is a flow: key `2·row` is the row as stored, key
+/// `2·row + 1` the same flow the other way (every field read from its [`mirror`]).
 #[derive(Clone, Debug)]
 pub(crate) struct KeyTable<'a> {
-    keys: usize,
+    rows: usize,
     columns: Vec<Column<'a>>,
 }
 
 impl<'a> KeyTable<'a> {
-    /// Reads a table of `keys` keys; every code is checked against its dictionary.
-    pub(crate) fn read(c: &mut Cursor<'a>, keys: usize) -> Result<KeyTable<'a>, String> {
+    /// Reads a table of `rows` rows; every code is checked against its dictionary.
+    pub(crate) fn read(c: &mut Cursor<'a>, rows: usize) -> Result<KeyTable<'a>, String> {
         let mut columns = Vec::with_capacity(KEY_FIELDS.len());
         for field in KEY_FIELDS {
             let n = c.u32()? as usize;
             let bits = c.u32()?;
+            let (lo, hi) = (c.u32()? as usize, c.u32()? as usize);
             if bits != code_bits(n) {
                 return Err(format!("{} column: {bits} bits per code for {n} values", field.name()));
             }
+            if lo > hi || hi > rows {
+                return Err(format!("{} column: rows {lo}..{hi} of a {rows}-row table", field.name()));
+            }
             let dict = c.bytes(n.checked_mul(width(field)).ok_or("dictionary too large")?)?;
-            let codes = c.bytes(packed_len(keys, bits))?;
-            let col = Column { field, dict, codes, bits };
+            let codes = c.bytes(packed_len(hi - lo, bits))?;
+            let col = Column { field, dict, codes, bits, lo, hi };
             for i in 1..n {
                 if dict[(i - 1) * width(field)..i * width(field)] >= dict[i * width(field)..(i + 1) * width(field)] {
                     return Err(format!("{} dictionary is not sorted at entry {i}", field.name()));
                 }
             }
-            if let Some(k) = col.codes(keys).position(|code| code >= 2 + n as u64) {
-                return Err(format!("{} code of key {k} is past the dictionary", field.name()));
+            if let Some(k) = col.stored_codes().position(|code| code >= 2 + n as u64) {
+                return Err(format!("{} code of row {} is past the dictionary", field.name(), lo + k));
             }
             columns.push(col);
         }
-        Ok(KeyTable { keys, columns })
+        Ok(KeyTable { rows, columns })
     }
 
-    /// Keys in the table.
+    /// Keys in the table (two per row).
     pub(crate) fn len(&self) -> usize {
-        self.keys
+        2 * self.rows
     }
 
     fn column(&self, f: Field) -> Option<&Column<'a>> {
         self.columns.iter().find(|c| c.field == f)
     }
 
+    /// Per key, `f(code of the field)` from the rows' codes of `field` (forward keys) and of its mirror
+    /// (reverse keys); `absent` for every key when the table has no such column.
+    fn per_key<T: Copy>(&self, field: Field, absent: T, f: impl Fn(u64) -> T) -> Vec<T> {
+        let (Some(fwd), Some(rev)) = (self.column(field), self.column(mirror(field))) else {
+            return vec![absent; self.len()];
+        };
+        let mut out = Vec::with_capacity(self.len());
+        for (a, b) in fwd.codes(self.rows).zip(rev.codes(self.rows)) {
+            out.push(f(a));
+            out.push(f(b));
+        }
+        out
+    }
+
     /// Which keys may satisfy `pred`, a predicate on a key field (others: every key may).
     pub(crate) fn eval(&self, pred: &Pred) -> Vec<bool> {
-        let Some(col) = self.column(pred.field) else { return vec![true; self.keys] };
+        let (Some(a), Some(b)) = (self.column(pred.field), self.column(mirror(pred.field))) else {
+            return vec![true; self.len()];
+        };
         // Truth per code: missing fails, unknown may, values as the predicate says.
-        let mut truth = vec![false, true];
-        truth.extend((0..col.dict_len()).map(|i| pred.holds(col.dict_value(i))));
-        col.codes(self.keys).map(|c| truth[c as usize]).collect()
+        let truth = |col: &Column<'_>| -> Vec<bool> {
+            let mut t = vec![false, true];
+            t.extend((0..col.dict_len()).map(|i| pred.holds(col.dict_value(i))));
+            t
+        };
+        let (fwd, rev) = (truth(a), truth(b));
+        let mut out = Vec::with_capacity(self.len());
+        for (x, y) in a.codes(self.rows).zip(b.codes(self.rows)) {
+            out.push(fwd[x as usize]);
+            out.push(rev[y as usize]);
+        }
+        out
     }
 
     /// Which keys know `field` (present or missing, not unknown).
     pub(crate) fn known(&self, field: Field) -> Vec<bool> {
-        match self.column(field) {
-            None => vec![false; self.keys],
-            Some(col) => col.codes(self.keys).map(|c| c != 1).collect(),
-        }
+        self.per_key(field, false, |c| c != 1)
     }
 
     /// The value of `field` in key `k`.
-    #[cfg(test)]
     pub(crate) fn value(&self, k: usize, field: Field) -> FieldValue {
-        self.column(field).map_or(FieldValue::Unknown, |c| c.value(k))
+        let f = if k % 2 == 1 { mirror(field) } else { field };
+        self.column(f).map_or(FieldValue::Unknown, |c| c.value(k / 2))
     }
 
     /// Whether key `k` is the key of these fields (the check that the trace still holds the indexed packet).
     pub(crate) fn is_key_of(&self, k: usize, fields: &PacketFields<'_>) -> bool {
-        k < self.keys && self.columns.iter().all(|c| c.value(k) == fields.get(c.field))
+        k < self.len() && KEY_FIELDS.iter().all(|&f| self.value(k, f) == fields.get(f))
     }
+}
+
+/// Pairs the keys of a chunk into flows: returns the rows (each a key whose reverse, if the chunk holds it, is
+/// the row's second key) and, per key, its key id `2·row + direction`. Rows are ordered by [`shape_rank`], then
+/// by first appearance.
+pub(crate) fn pair_keys(keys: &[Key]) -> (Vec<Key>, Vec<u32>) {
+    let index: rustc_hash::FxHashMap<&Key, u32> = keys.iter().enumerate().map(|(i, k)| (k, i as u32)).collect();
+    // Per key: (row leader, direction).
+    let mut partner = vec![u32::MAX; keys.len()];
+    let mut leaders = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        if partner[i] != u32::MAX {
+            continue;
+        }
+        partner[i] = i as u32;
+        leaders.push(i as u32);
+        if let Some(&j) = index.get(&reversed(k))
+            && partner[j as usize] == u32::MAX
+        {
+            partner[j as usize] = i as u32;
+        }
+    }
+    leaders.sort_by_key(|&l| shape_rank(&keys[l as usize]));
+    let mut row_of = vec![0u32; keys.len()];
+    for (row, &l) in leaders.iter().enumerate() {
+        row_of[l as usize] = row as u32;
+    }
+    let ids = (0..keys.len()).map(|i| 2 * row_of[partner[i] as usize] + u32::from(partner[i] != i as u32)).collect();
+    (leaders.iter().map(|&l| keys[l as usize]).collect(), ids)
 }
 
 #[cfg(test)]
@@ -344,24 +425,43 @@ mod tests {
             .chain([key_of(&PacketFields::new(LinkType(101), &frames[0], 1500, 0))])
             .collect();
         keys.dedup();
+        // The first key's reverse joins its row.
+        keys.push(reversed(&keys[0]));
+        let (rows, ids) = pair_keys(&keys);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(ids[4], ids[0] + 1, "the reverse is the row's second key");
+        assert_eq!(ids[3], 6, "the key with unknown fields is the last row");
         let mut out = Out::default();
-        write_table(&mut out, &keys);
+        write_table(&mut out, &rows);
         let bytes = out.into_inner();
-        let t = KeyTable::read(&mut Cursor::new(&bytes), keys.len()).unwrap();
-        assert_eq!(t.value(0, Field::Ip4Src), FieldValue::Value(0x0a00_0001));
-        assert_eq!(t.value(2, Field::SrcPort), FieldValue::Value(123));
-        assert_eq!(t.value(1, Field::Ip6Src), FieldValue::Missing);
-        assert_eq!(t.value(3, Field::Ip4Src), FieldValue::Unknown);
+        let t = KeyTable::read(&mut Cursor::new(&bytes), rows.len()).unwrap();
+        let id = |k: usize| ids[k] as usize;
+        assert_eq!(t.value(id(0), Field::Ip4Src), FieldValue::Value(0x0a00_0001));
+        assert_eq!(t.value(id(4), Field::Ip4Dst), FieldValue::Value(0x0a00_0001));
+        assert_eq!(t.value(id(4), Field::DstPort), FieldValue::Value(53));
+        assert_eq!(t.value(id(2), Field::SrcPort), FieldValue::Value(123));
+        assert_eq!(t.value(id(1), Field::Ip6Src), FieldValue::Missing);
+        assert_eq!(t.value(id(3), Field::Ip4Src), FieldValue::Unknown);
         let p = Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0aff_ffff);
-        assert_eq!(t.eval(&p), vec![true, true, false, true]);
+        let truth = t.eval(&p);
+        assert_eq!(truth.len(), 8);
+        assert!([0, 1, 3].iter().all(|&k| truth[id(k)]) && !truth[id(2)] && !truth[id(4)]);
         let p = Pred::range(Field::WireLen, 1000, 1100);
         assert!((0..8).filter(|&c| class_may(c, &p)).eq([4, 5]));
         assert_eq!(len_class(1100), 5);
         for (k, f) in frames.iter().enumerate() {
-            assert!(t.is_key_of(k, &PacketFields::new(LinkType::ETHERNET, f, 60, 0)));
+            assert!(t.is_key_of(id(k), &PacketFields::new(LinkType::ETHERNET, f, 60, 0)));
         }
-        assert!(!t.is_key_of(0, &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0)));
+        assert!(!t.is_key_of(id(0), &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0)));
+        assert!(!t.is_key_of(8, &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0)));
         let syn = Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 };
         assert!(!code_may(0, &syn) && code_may(1, &syn) && code_may(2 + 0x12, &syn) && !code_may(2 + 0x10, &syn));
+    }
+
+    #[test]
+    fn reversing_twice_is_the_key() {
+        let k = key_of(&PacketFields::new(LinkType::ETHERNET, &frame([10, 0, 0, 1], 53), 60, 0));
+        assert_ne!(reversed(&k), k);
+        assert_eq!(reversed(&reversed(&k)), k);
     }
 }

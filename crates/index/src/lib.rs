@@ -3,12 +3,14 @@
 //!
 //! Per chunk of packets (1,048,576 by default) the index keeps:
 //! - a **key table**: every distinct combination of the header fields of [`KEY_FIELDS`] (Ethernet addresses,
-//!   VLAN id, IPv4/IPv6 addresses, protocol, ports: what stays the same along a flow direction), stored once,
-//!   column by column, each column a sorted dictionary (so prefixes and ranges are dictionary ranges) and
-//!   bit-packed codes;
-//! - the **key id, TCP flags and wire-length class of every packet**, three sequences in Huffman-shaped wavelet
-//!   trees (`pcaptool-wavelet`): the packets whose symbols satisfy a condition come out by `select`, their number
-//!   by `rank`; a conjunction is driven by its most selective part and the rest checked per candidate;
+//!   VLAN id, IPv4/IPv6 addresses, protocol, ports: what stays the same along a flow), one row per flow (key
+//!   `2·row` one way, `2·row + 1` the other), column by column, each column a sorted dictionary (so prefixes and
+//!   ranges are dictionary ranges) and bit-packed codes;
+//! - the **key of every packet**, by groups of 4096 packets: each group lists its keys, and a wavelet tree holds
+//!   every packet's place in its group's list; and the **TCP flags and wire-length class of every packet**, two
+//!   more sequences in wavelet trees (`pcaptool-wavelet`): the packets whose symbols satisfy a condition come out
+//!   by `select`, their number by `rank`; a conjunction is driven by its most selective part and the rest checked
+//!   per candidate;
 //! - the **earliest and latest timestamp of every page** of 1024 packets, for time windows;
 //! - the **offset of every block** of 64 records: a packet is read by walking at most 63 records from there.
 //!
@@ -42,6 +44,7 @@ mod format;
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod keys;
+mod keyseq;
 mod select;
 
 use std::path::{Path, PathBuf};

@@ -10,8 +10,9 @@ use rayon::prelude::*;
 
 use crate::IndexError;
 use crate::build::identity;
-use crate::format::{BLOCK, Cursor, HEADER_LEN, Header, PAGE, crc32};
+use crate::format::{BLOCK, Cursor, HEADER_LEN, Header, HeaderError, PAGE, crc32};
 use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class};
+use crate::keyseq::KeySeq;
 
 #[derive(Clone, Copy, Debug)]
 struct DirEntry {
@@ -44,8 +45,10 @@ impl IndexFile {
     /// Checks the header and directory of index bytes read from `path` (named in errors).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<IndexFile, IndexError> {
         let corrupt = |offset: u64, why: String| IndexError::Corrupt { path: path.to_path_buf(), offset, why };
-        let header = Header::decode(&bytes).map_err(|(is_index, why)| {
-            if is_index { corrupt(0, why) } else { IndexError::NotIndex { path: path.to_path_buf(), why } }
+        let header = Header::decode(&bytes).map_err(|e| match e {
+            HeaderError::Foreign(why) => IndexError::NotIndex { path: path.to_path_buf(), why },
+            HeaderError::Version(found) => IndexError::Version { path: path.to_path_buf(), found },
+            HeaderError::Damaged(why) => corrupt(0, why),
         })?;
         let dir_start = header.dir_offset;
         let dir_bytes = usize::try_from(dir_start)
@@ -187,42 +190,42 @@ type Matrix<'a> = WaveletMatrix<RsBitVector<LeBytes<'a>>, LeBytes<'a>>;
 
 /// A per-packet sequence's wavelet structure: whichever the builder found smaller.
 #[derive(Debug)]
-enum Tree<'a> {
+pub(crate) enum Tree<'a> {
     Huffman(Huffman<'a>),
     Matrix(Matrix<'a>),
 }
 
 impl<'a> Tree<'a> {
     /// Loads either structure, by the kind in its PTWV header.
-    fn from_bytes(b: &'a [u8]) -> Result<Tree<'a>, pcaptool_wavelet::Error> {
+    pub(crate) fn from_bytes(b: &'a [u8]) -> Result<Tree<'a>, pcaptool_wavelet::Error> {
         match b.get(6..8).map(|k| u16::from_le_bytes([k[0], k[1]])) {
             Some(4) => Ok(Tree::Matrix(Matrix::from_bytes(b)?)),
             _ => Ok(Tree::Huffman(Huffman::from_bytes(b)?)),
         }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Tree::Huffman(t) => t.len(),
             Tree::Matrix(t) => t.len(),
         }
     }
 
-    fn access(&self, i: usize) -> u32 {
+    pub(crate) fn access(&self, i: usize) -> u32 {
         match self {
             Tree::Huffman(t) => t.access(i),
             Tree::Matrix(t) => t.access(i),
         }
     }
 
-    fn rank(&self, s: u32, i: usize) -> usize {
+    pub(crate) fn rank(&self, s: u32, i: usize) -> usize {
         match self {
             Tree::Huffman(t) => t.rank(s, i),
             Tree::Matrix(t) => t.rank(s, i),
         }
     }
 
-    fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn Iterator<Item = usize> + '_> {
+    pub(crate) fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn Iterator<Item = usize> + '_> {
         match self {
             Tree::Huffman(t) => Box::new(t.positions(s, l, r)),
             Tree::Matrix(t) => Box::new(t.positions(s, l, r)),
@@ -327,7 +330,7 @@ pub struct ChunkView<'a> {
     blocks: &'a [u8],
     keys: KeyTable<'a>,
     /// Key id of every packet.
-    tree: Seq<'a>,
+    tree: KeySeq<'a>,
     /// TCP flags code of every packet.
     flags: Seq<'a>,
     /// Wire-length class of every packet.
@@ -348,7 +351,7 @@ impl<'a> ChunkView<'a> {
     fn parse(b: &'a [u8], e: &DirEntry) -> Result<ChunkView<'a>, String> {
         let mut c = Cursor::new(b);
         let n = c.u32()? as usize;
-        let keys = c.u32()? as usize;
+        let rows = c.u32()? as usize;
         let first_packet = c.u64()?;
         let base = c.u64()?;
         let width = c.u32()?;
@@ -362,8 +365,12 @@ impl<'a> ChunkView<'a> {
         let pages = c.bytes(n.div_ceil(PAGE) * 16)?;
         let blocks = c.bytes(n.div_ceil(BLOCK) * width as usize)?;
         c.align8()?;
-        let table = KeyTable::read(&mut c, keys)?;
+        let table = KeyTable::read(&mut c, rows)?;
         c.align8()?;
+        if rows > n {
+            return Err(format!("{rows} key table rows for {n} packets"));
+        }
+        let key_seq = KeySeq::read(&mut c, n, table.len())?;
         let mut tree = |what: &str, limit: usize| -> Result<Tree<'a>, String> {
             let len = c.u64()? as usize;
             let t = Tree::from_bytes(c.bytes(len)?).map_err(|e| format!("{what} wavelet tree: {e}"))?;
@@ -377,7 +384,6 @@ impl<'a> ChunkView<'a> {
             }
             Ok(t)
         };
-        let keys_tree = tree("key id", keys)?;
         let flags = tree("TCP flags", FLAG_CODES as usize)?;
         let lens = tree("length class", LEN_BOUNDS.len())?;
         if !c.is_empty() {
@@ -391,7 +397,7 @@ impl<'a> ChunkView<'a> {
             pages,
             blocks,
             keys: table,
-            tree: Seq::new(keys_tree, keys),
+            tree: key_seq,
             flags: Seq::new(flags, FLAG_CODES as usize),
             lens: Seq::new(lens, LEN_BOUNDS.len()),
             cache: Mutex::new(Vec::new()),
@@ -431,7 +437,7 @@ impl<'a> ChunkView<'a> {
         self.first_packet
     }
 
-    /// Distinct keys of the chunk.
+    /// Key ids of the chunk: two per row of its key table (a flow both ways).
     pub fn keys(&self) -> usize {
         self.keys.len()
     }
@@ -520,7 +526,11 @@ impl<'a> ChunkView<'a> {
                     Some(Vec::new())
                 }
             }
-            Prep::Keys(t) => from(&self.tree, t),
+            Prep::Keys(t) => {
+                let mut out = Vec::new();
+                self.tree.positions(t, l, r, &mut out);
+                Some(out)
+            }
             Prep::Flags(t) => from(&self.flags, t),
             Prep::Lens(t) => from(&self.lens, t),
             Prep::And(v) => {
