@@ -182,6 +182,43 @@ fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkI
     input
 }
 
+/// Up to `inflight` chunks of `chunk` records from `recs`; fewer at the end of the trace or at damage (kept in
+/// `damage`).
+fn take_chunks<'a>(
+    recs: &mut Records<'a>,
+    damage: &mut Option<TraceError>,
+    inflight: usize,
+    chunk: usize,
+) -> Vec<Vec<Record<'a>>> {
+    let mut group = Vec::new();
+    while group.len() < inflight && damage.is_none() {
+        let mut v = Vec::with_capacity(chunk);
+        for r in recs.by_ref() {
+            match r {
+                Ok(r) => {
+                    v.push(r);
+                    if v.len() == chunk {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    *damage = Some(e);
+                    break;
+                }
+            }
+        }
+        if v.is_empty() {
+            break;
+        }
+        let full = v.len() == chunk;
+        group.push(v);
+        if !full {
+            break;
+        }
+    }
+    group
+}
+
 /// A chunk's bytes and what the directory says of it.
 struct Encoded {
     bytes: Vec<u8>,
@@ -334,36 +371,10 @@ pub fn build(
             let inflight = rayon::current_num_threads().clamp(1, 8);
             let mut damage = None;
             let mut next_packet = 0u64;
-            loop {
-                let mut group: Vec<Vec<Record<'_>>> = Vec::new();
-                while group.len() < inflight && damage.is_none() {
-                    let mut v = Vec::with_capacity(chunk as usize);
-                    for r in recs.by_ref() {
-                        match r {
-                            Ok(r) => {
-                                v.push(r);
-                                if v.len() == chunk as usize {
-                                    break;
-                                }
-                            }
-                            Err(e) => {
-                                damage = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                    if v.is_empty() {
-                        break;
-                    }
-                    let full = v.len() == chunk as usize;
-                    group.push(v);
-                    if !full {
-                        break;
-                    }
-                }
-                if group.is_empty() {
-                    break;
-                }
+            // The walk over the records is serial; it takes the next chunks while the previous ones are encoded.
+            let mut group = take_chunks(&mut recs, &mut damage, inflight, chunk as usize);
+            while !group.is_empty() {
+                let last = damage.is_some() || group.last().is_some_and(|g| g.len() < chunk as usize);
                 let firsts: Vec<u64> = group
                     .iter()
                     .scan(next_packet, |n, g| {
@@ -373,19 +384,22 @@ pub fn build(
                     })
                     .collect();
                 next_packet += group.iter().map(|g| g.len() as u64).sum::<u64>();
-                let encoded: Vec<Encoded> = group
-                    .par_iter()
-                    .zip(firsts)
-                    .map(|(g, first)| encode_chunk(chunk_of_records(first, g, opts.snap)))
-                    .collect();
+                let (encoded, next) = rayon::join(
+                    || -> Vec<Encoded> {
+                        group
+                            .par_iter()
+                            .zip(firsts)
+                            .map(|(g, first)| encode_chunk(chunk_of_records(first, g, opts.snap)))
+                            .collect()
+                    },
+                    || if last { Vec::new() } else { take_chunks(&mut recs, &mut damage, inflight, chunk as usize) },
+                );
                 let reached = group.last().and_then(|g| g.last()).map_or(0, |r| r.offset);
                 for e in encoded {
                     sink.put(e)?;
                 }
                 progress(reached);
-                if group.last().is_some_and(|g| g.len() < chunk as usize) {
-                    break;
-                }
+                group = next;
             }
             let stream_len = recs.position();
             Ok((recs.structure().to_vec(), damage, stream_len))

@@ -186,10 +186,17 @@ pub(crate) fn reversed(k: &Key) -> Key {
 pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
     for (i, f) in KEY_FIELDS.into_iter().enumerate() {
         let (at, w) = (tag_at(i), width(f));
-        let mut dict: Vec<&[u8]> =
-            keys.iter().filter(|k| k[at] == 2).map(|k| &k[at + 1..at + 1 + w]).collect::<Vec<_>>();
+        let value = |k: &Key| be(&k[at + 1..at + 1 + w]);
+        // Distinct values first (a few thousand of tens of thousands of rows), then sorted into the dictionary.
+        let mut code_of: rustc_hash::FxHashMap<u128, u32> = rustc_hash::FxHashMap::default();
+        for k in keys.iter().filter(|k| k[at] == 2) {
+            code_of.entry(value(k)).or_insert(0);
+        }
+        let mut dict: Vec<u128> = code_of.keys().copied().collect();
         dict.sort_unstable();
-        dict.dedup();
+        for (c, v) in dict.iter().enumerate() {
+            code_of.insert(*v, c as u32);
+        }
         let bits = code_bits(dict.len());
         let lo = keys.iter().position(|k| k[at] != 0).unwrap_or(0);
         let hi = keys.iter().rposition(|k| k[at] != 0).map_or(0, |h| h + 1);
@@ -198,15 +205,14 @@ pub(crate) fn write_table(out: &mut Out, keys: &[Key]) {
         out.u32(lo as u32);
         out.u32(hi as u32);
         for v in &dict {
-            out.bytes(v);
+            out.bytes(&v.to_be_bytes()[16 - w..]);
         }
         let mut packed = BitPacker::new(bits);
         for k in &keys[lo..hi] {
-            let code = match k[at] {
-                2 => 2 + dict.binary_search(&&k[at + 1..at + 1 + w]).expect("value is in the dictionary") as u64,
+            packed.push(match k[at] {
+                2 => 2 + u64::from(code_of[&value(k)]),
                 t => u64::from(t),
-            };
-            packed.push(code);
+            });
         }
         out.bytes(&packed.finish());
     }
@@ -345,11 +351,13 @@ impl<'a> KeyTable<'a> {
             t.extend((0..col.dict_len()).map(|i| pred.holds(col.dict_value(i))));
             t
         };
-        let (fwd, rev) = (truth(a), truth(b));
-        let mut out = Vec::with_capacity(self.len());
-        for (x, y) in a.codes(self.rows).zip(b.codes(self.rows)) {
-            out.push(fwd[x as usize]);
-            out.push(rev[y as usize]);
+        // Rows outside a column's stored range are missing, which fails: only the stored codes are read.
+        let mut out = vec![false; self.len()];
+        for (col, dir) in [(a, 0), (b, 1)] {
+            let t = truth(col);
+            for (row, code) in (col.lo..col.hi).zip(col.stored_codes()) {
+                out[2 * row + dir] = t.get(code as usize).copied().unwrap_or(false);
+            }
         }
         out
     }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use pcaptool_packet::{Field, Need, PacketFields, Pred, Record, Seeker};
+use pcaptool_packet::{Field, MappedFile, Need, PacketFields, Pred, Record, Seeker};
 use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RsBitVector, WaveletMatrix};
 use rayon::prelude::*;
 
@@ -25,27 +25,49 @@ struct DirEntry {
     t_max: u64,
 }
 
+/// An index's bytes: mapped from its file, or given.
+#[derive(Debug)]
+enum Bytes {
+    Mapped(MappedFile),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m.bytes(),
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
 /// An index file read into memory, its header and directory checked.
 #[derive(Debug)]
 pub struct IndexFile {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Bytes,
     header: Header,
     structure: Vec<u64>,
     dir: Vec<DirEntry>,
 }
 
 impl IndexFile {
-    /// Reads the index at `path` and checks its header and directory.
+    /// Maps the index at `path` into memory and checks its header and directory (chunks are checked by
+    /// [`view`](Self::view)).
     pub fn open(path: &Path) -> Result<IndexFile, IndexError> {
-        let bytes = std::fs::read(path).map_err(|e| IndexError::io(path, e))?;
-        IndexFile::from_bytes(path, bytes)
+        let map = MappedFile::open(path).map_err(|e| IndexError::io(path, e))?;
+        IndexFile::load(path, Bytes::Mapped(map))
     }
 
     /// Checks the header and directory of index bytes read from `path` (named in errors).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<IndexFile, IndexError> {
+        IndexFile::load(path, Bytes::Owned(bytes))
+    }
+
+    fn load(path: &Path, owned: Bytes) -> Result<IndexFile, IndexError> {
+        let bytes = owned.as_slice();
         let corrupt = |offset: u64, why: String| IndexError::Corrupt { path: path.to_path_buf(), offset, why };
-        let header = Header::decode(&bytes).map_err(|e| match e {
+        let header = Header::decode(bytes).map_err(|e| match e {
             HeaderError::Foreign(why) => IndexError::NotIndex { path: path.to_path_buf(), why },
             HeaderError::Version(found) => IndexError::Version { path: path.to_path_buf(), found },
             HeaderError::Damaged(why) => corrupt(0, why),
@@ -103,7 +125,7 @@ impl IndexFile {
             Ok((structure, dir))
         };
         let (structure, dir) = parse().map_err(|why| corrupt(dir_start, why))?;
-        Ok(IndexFile { path: path.to_path_buf(), bytes, header, structure, dir })
+        Ok(IndexFile { path: path.to_path_buf(), bytes: owned, header, structure, dir })
     }
 
     /// The index file's path.
@@ -118,7 +140,7 @@ impl IndexFile {
 
     /// Bytes of the index file.
     pub fn size_bytes(&self) -> u64 {
-        self.bytes.len() as u64
+        self.bytes.as_slice().len() as u64
     }
 
     /// Whether the trace is compressed (its packets are then read by streaming it).
@@ -174,7 +196,7 @@ impl IndexFile {
             .par_iter()
             .map(|e| {
                 let corrupt = |why: String| IndexError::Corrupt { path: self.path.clone(), offset: e.offset, why };
-                let b = &self.bytes[e.offset as usize..(e.offset + e.len) as usize];
+                let b = &self.bytes.as_slice()[e.offset as usize..(e.offset + e.len) as usize];
                 if crc32(b) != e.crc {
                     return Err(corrupt("chunk checksum mismatch".into()));
                 }

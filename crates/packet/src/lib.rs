@@ -54,6 +54,7 @@ pub use read::{
     Compression, FileFormat, Interface, MAX_SNAPLEN, ReadOptions, Record, Records, Seeker, TraceReader, TsResolution,
     max_caplen,
 };
+pub use sys::MappedFile;
 pub use time::{Rfc3339, TimeParseError, parse_time};
 pub use types::{EtherType, IpProto, LinkType, TsPrecision};
 pub use write::{Compressor, OutputFormat, PcapNgWriter, PcapWriter, TraceWriter, precision_for};

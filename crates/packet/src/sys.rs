@@ -25,6 +25,29 @@ impl Mapped {
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// Drops the sequential-access hint (reads will be scattered); a hint only, failures change nothing.
+    pub(crate) fn advise_scattered(&self) {
+        let _ = self.0.advise(memmap2::Advice::Normal);
+    }
+}
+
+/// A whole file mapped read-only into memory, for readers of files that are written once and replaced by rename
+/// (such as indexes), so that loading one costs no copy and touches only the pages used.
+#[derive(Debug)]
+pub struct MappedFile(Mapped);
+
+impl MappedFile {
+    /// Maps the file at `path`. The file must not be truncated or modified in place while mapped (see
+    /// `TraceReader::open`); files replaced by rename are safe.
+    pub fn open(path: &std::path::Path) -> io::Result<MappedFile> {
+        Ok(MappedFile(Mapped::map(&File::open(path)?)?))
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.0.bytes()
+    }
 }
 
 /// Asks the CPU to start loading the cache line holding `data[at]`, if that index exists.

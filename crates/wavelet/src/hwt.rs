@@ -59,11 +59,23 @@ impl<B: BuildBitVector> HuffmanWaveletTree<B> {
         let seq: Vec<u32> = symbols.into_iter().collect();
         let n = seq.len();
         assert!(n <= MAX_LEN, "sequence longer than 2^40");
-        let mut freq: HashMap<u32, u64> = HashMap::new();
-        for &s in &seq {
-            *freq.entry(s).or_default() += 1;
-        }
-        let mut alphabet: Vec<(u32, u64)> = freq.into_iter().collect();
+        // Symbol counts: in an array when the symbols are small (the common case, and many times faster than
+        // hashing every symbol), else in a map.
+        let max = seq.iter().copied().max().unwrap_or(0) as usize;
+        let dense = max <= 4 * n + 1024;
+        let mut alphabet: Vec<(u32, u64)> = if dense {
+            let mut freq = vec![0u64; max + 1];
+            for &s in &seq {
+                freq[s as usize] += 1;
+            }
+            freq.iter().enumerate().filter(|(_, c)| **c > 0).map(|(s, &c)| (s as u32, c)).collect()
+        } else {
+            let mut freq: HashMap<u32, u64> = HashMap::new();
+            for &s in &seq {
+                *freq.entry(s).or_default() += 1;
+            }
+            freq.into_iter().collect()
+        };
         alphabet.sort_unstable();
         let sigma = alphabet.len();
         assert!(sigma <= MAX_SIGMA, "more than 2^24 distinct symbols");
@@ -72,12 +84,18 @@ impl<B: BuildBitVector> HuffmanWaveletTree<B> {
         assert!(lengths.iter().all(|&l| l as usize <= MAX_DEPTH), "Huffman code longer than 64 bits");
         let (codes, order) = matrix_codes(&lengths).expect("Huffman lengths form a complete code");
         let depth = lengths.iter().copied().max().unwrap_or(0) as usize;
-        let index_of: HashMap<u32, u32> = alphabet.iter().enumerate().map(|(i, a)| (a.0, i as u32)).collect();
 
         // Bits, level by level, with the wavelet-matrix stable partition; ended elements drop out.
         let total_bits: usize = lengths.iter().zip(&counts).map(|(&l, &c)| l as usize * c as usize).sum();
         let mut bits = BitBuf::with_capacity(total_bits);
-        let mut cur: Vec<u32> = seq.iter().map(|s| index_of[s]).collect();
+        let mut cur: Vec<u32> = if dense {
+            let mut index_of = vec![0u32; max + 1];
+            alphabet.iter().enumerate().for_each(|(i, a)| index_of[a.0 as usize] = i as u32);
+            seq.iter().map(|&s| index_of[s as usize]).collect()
+        } else {
+            let index_of: HashMap<u32, u32> = alphabet.iter().enumerate().map(|(i, a)| (a.0, i as u32)).collect();
+            seq.iter().map(|s| index_of[s]).collect()
+        };
         drop(seq);
         let mut zeros_v: Vec<u32> = Vec::with_capacity(n);
         let mut ones_v: Vec<u32> = Vec::with_capacity(n);
@@ -89,23 +107,28 @@ impl<B: BuildBitVector> HuffmanWaveletTree<B> {
             ones_v.clear();
             let offset = bits.len() as u64;
             let n_d = cur.len() as u64;
-            let mut zeros = 0u64;
-            for &si in &cur {
-                let len = lengths[si as usize] as usize;
-                let bit = codes[si as usize] >> (len - 1 - d) & 1 == 1;
-                bits.push(bit);
-                let goes_on = len > d + 1;
-                if bit {
-                    if goes_on {
-                        ones_v.push(si);
-                    }
-                } else {
-                    zeros += 1;
-                    if goes_on {
-                        zeros_v.push(si);
-                    }
+            // Branch-free, as in `WaveletMatrix::build`: bits a word at a time, each symbol written to both sides
+            // and kept by the one its bit chooses if its code goes on.
+            zeros_v.resize(cur.len(), 0);
+            ones_v.resize(cur.len(), 0);
+            let (mut zn, mut on, mut zeros) = (0usize, 0usize, 0u64);
+            for part in cur.chunks(64) {
+                let mut word = 0u64;
+                for (i, &si) in part.iter().enumerate() {
+                    let len = lengths[si as usize] as usize;
+                    let bit = (codes[si as usize] >> (len - 1 - d) & 1) as usize;
+                    word |= (bit as u64) << i;
+                    let goes_on = usize::from(len > d + 1);
+                    zeros_v[zn] = si;
+                    ones_v[on] = si;
+                    zn += goes_on & (bit ^ 1);
+                    on += goes_on & bit;
+                    zeros += (bit ^ 1) as u64;
                 }
+                bits.push_bits(word, part.len() as u32);
             }
+            zeros_v.truncate(zn);
+            ones_v.truncate(on);
             levels.extend_from_slice(&[offset, n_d, ones_total, zeros, slot]);
             ones_total += n_d - zeros;
             slot += lengths.iter().filter(|&&l| l as usize == d + 1).count() as u64;

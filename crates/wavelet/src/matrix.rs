@@ -41,13 +41,27 @@ impl<B: BuildBitVector> WaveletMatrix<B> {
         let mut ones_v = Vec::with_capacity(n);
         for l in 0..width {
             let shift = width - 1 - l;
+            // Branch-free: bits gathered a word at a time, every symbol written to both sides and kept by the
+            // side its bit chooses (the bits are data, so branches on them mispredict half the time).
             zeros_v.clear();
             ones_v.clear();
-            for &s in &cur {
-                let bit = s >> shift & 1 == 1;
-                bits.push(bit);
-                if bit { ones_v.push(s) } else { zeros_v.push(s) }
+            zeros_v.resize(cur.len(), 0);
+            ones_v.resize(cur.len(), 0);
+            let (mut zn, mut on) = (0usize, 0usize);
+            for part in cur.chunks(64) {
+                let mut word = 0u64;
+                for (i, &s) in part.iter().enumerate() {
+                    let bit = (s >> shift & 1) as usize;
+                    word |= (bit as u64) << i;
+                    zeros_v[zn] = s;
+                    ones_v[on] = s;
+                    zn += bit ^ 1;
+                    on += bit;
+                }
+                bits.push_bits(word, part.len() as u32);
             }
+            zeros_v.truncate(zn);
+            ones_v.truncate(on);
             meta.push(ones_total);
             meta.push(zeros_v.len() as u64);
             ones_total += ones_v.len() as u64;
