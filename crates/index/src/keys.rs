@@ -241,9 +241,10 @@ impl Column<'_> {
         self.dict.len() / width(self.field)
     }
 
-    fn dict_value(&self, i: usize) -> u128 {
+    /// Dictionary value `i`, if there is one.
+    fn dict_value(&self, i: usize) -> Option<u128> {
         let w = width(self.field);
-        be(&self.dict[i * w..(i + 1) * w])
+        self.dict.get(i * w..(i + 1) * w).map(be)
     }
 
     fn code(&self, k: usize) -> u64 {
@@ -274,7 +275,9 @@ impl Column<'_> {
         match self.code(k) {
             0 => FieldValue::Missing,
             1 => FieldValue::Unknown,
-            c => FieldValue::Value(self.dict_value(c as usize - 2)),
+            // A code past the dictionary (damage the checksum did not catch) is unknown: any test may match, and
+            // a packet read with it is refused as not the packet the index describes.
+            c => self.dict_value(c as usize - 2).map_or(FieldValue::Unknown, FieldValue::Value),
         }
     }
 }
@@ -288,7 +291,8 @@ pub(crate) struct KeyTable<'a> {
 }
 
 impl<'a> KeyTable<'a> {
-    /// Reads a table of `rows` rows; every code is checked against its dictionary.
+    /// Reads a table of `rows` rows, checking its layout and that dictionaries are sorted; codes are read in place
+    /// (one past its dictionary reads as unknown).
     pub(crate) fn read(c: &mut Cursor<'a>, rows: usize) -> Result<KeyTable<'a>, String> {
         let mut columns = Vec::with_capacity(KEY_FIELDS.len());
         for field in KEY_FIELDS {
@@ -308,9 +312,6 @@ impl<'a> KeyTable<'a> {
                 if dict[(i - 1) * width(field)..i * width(field)] >= dict[i * width(field)..(i + 1) * width(field)] {
                     return Err(format!("{} dictionary is not sorted at entry {i}", field.name()));
                 }
-            }
-            if let Some(k) = col.stored_codes().position(|code| code >= 2 + n as u64) {
-                return Err(format!("{} code of row {} is past the dictionary", field.name(), lo + k));
             }
             columns.push(col);
         }
@@ -348,7 +349,7 @@ impl<'a> KeyTable<'a> {
         // Truth per code: missing fails, unknown may, values as the predicate says.
         let truth = |col: &Column<'_>| -> Vec<bool> {
             let mut t = vec![false, true];
-            t.extend((0..col.dict_len()).map(|i| pred.holds(col.dict_value(i))));
+            t.extend((0..col.dict_len()).map(|i| col.dict_value(i).is_some_and(|v| pred.holds(v))));
             t
         };
         // Rows outside a column's stored range are missing, which fails: only the stored codes are read.
@@ -356,7 +357,8 @@ impl<'a> KeyTable<'a> {
         for (col, dir) in [(a, 0), (b, 1)] {
             let t = truth(col);
             for (row, code) in (col.lo..col.hi).zip(col.stored_codes()) {
-                out[2 * row + dir] = t.get(code as usize).copied().unwrap_or(false);
+                // A code past the dictionary may match (it is unknown, see `Column::value`).
+                out[2 * row + dir] = t.get(code as usize).copied().unwrap_or(true);
             }
         }
         out

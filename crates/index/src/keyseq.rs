@@ -17,7 +17,7 @@
 
 use std::sync::OnceLock;
 
-use crate::format::{BitPacker, Cursor, Out, bits_for, packed_len, unpack};
+use crate::format::{BitPacker, Cursor, Out, Packed, bits_for, packed_len};
 use crate::select::Tree;
 
 /// Packets per group of the key sequence.
@@ -84,9 +84,9 @@ pub(crate) struct KeySeq<'a> {
     /// First entry of each group, and the number of entries at the end.
     starts: Vec<u32>,
     /// Key id of every entry.
-    ids: Vec<u32>,
+    ids: Packed<'a>,
     /// Packets of every entry in its group.
-    counts: Vec<u32>,
+    counts: Packed<'a>,
     /// Local symbol of every packet.
     local: Tree<'a>,
     /// Packets of every key in the chunk, summed when first needed.
@@ -95,8 +95,10 @@ pub(crate) struct KeySeq<'a> {
 }
 
 impl<'a> KeySeq<'a> {
-    /// Reads the key sequence of `n` packets over `keys` keys, checking that it is consistent: groups tile the
-    /// packets, every entry names a key of the table once per group, entry counts add up to their group's length.
+    /// Reads the key sequence of `n` packets over `keys` keys, checking what reading it relies on: the groups
+    /// tile the packets and their entries lie in the lists. Entries are read in place, not checked one by one (a
+    /// damaged id past the table selects its packets, which are then refused as not what the index describes;
+    /// the chunk's checksum is what catches damage).
     pub(crate) fn read(c: &mut Cursor<'a>, n: usize, keys: usize) -> Result<KeySeq<'a>, String> {
         let group = c.u32()? as usize;
         let groups = c.u32()? as usize;
@@ -114,26 +116,12 @@ impl<'a> KeySeq<'a> {
         if entries > n || starts[0] != 0 || starts.windows(2).any(|w| w[0] > w[1]) {
             return Err("key group starts are not in order".into());
         }
-        let ids: Vec<u32> =
-            unpack(c.bytes(packed_len(entries, id_bits))?, id_bits, entries).map(|v| v as u32).collect();
-        let counts: Vec<u32> =
-            unpack(c.bytes(packed_len(entries, count_bits))?, count_bits, entries).map(|v| v as u32).collect();
-        c.align8()?;
-        let mut seen = vec![u32::MAX; keys];
-        for g in 0..groups {
-            let (s, e) = (starts[g] as usize, starts[g + 1] as usize);
-            let len = group.min(n - g * group);
-            if counts[s..e].contains(&0) || counts[s..e].iter().map(|&k| k as usize).sum::<usize>() != len {
-                return Err(format!("the entry counts of key group {g} do not add up to its {len} packets"));
-            }
-            for &id in &ids[s..e] {
-                match seen.get_mut(id as usize) {
-                    None => return Err(format!("key group {g} names key {id} of a {keys}-key table")),
-                    Some(x) if *x == g as u32 => return Err(format!("key group {g} names key {id} twice")),
-                    Some(x) => *x = g as u32,
-                }
-            }
+        if let Some(g) = (0..groups).find(|&g| (starts[g + 1] - starts[g]) as usize > group.min(n - g * group)) {
+            return Err(format!("key group {g} lists more keys than it has packets"));
         }
+        let ids = Packed::new(c.bytes(packed_len(entries, id_bits))?, id_bits, entries);
+        let counts = Packed::new(c.bytes(packed_len(entries, count_bits))?, count_bits, entries);
+        c.align8()?;
         let len = c.u64()? as usize;
         let local = Tree::from_bytes(c.bytes(len)?).map_err(|e| format!("key wavelet tree: {e}"))?;
         c.align8()?;
@@ -152,22 +140,31 @@ impl<'a> KeySeq<'a> {
     pub(crate) fn access(&self, i: usize) -> u32 {
         let (s, e) = self.group_range(i / self.group);
         let j = self.local.access(i) as usize;
-        if s + j < e { self.ids[s + j] } else { u32::MAX }
+        if s + j < e { self.ids.get(s + j) as u32 } else { u32::MAX }
     }
 
     fn totals(&self) -> &[u32] {
         self.totals.get_or_init(|| {
-            let mut t = vec![0u32; self.keys];
-            for (&id, &c) in self.ids.iter().zip(&self.counts) {
-                t[id as usize] += c;
+            // One more slot at the end: the packets of ids past the table (only damage writes them).
+            let mut t = vec![0u32; self.keys + 1];
+            for (id, c) in self.ids.iter().zip(self.counts.iter()) {
+                let x = &mut t[(id as usize).min(self.keys)];
+                *x = x.saturating_add(c as u32);
             }
             t
         })
     }
 
     /// Per group overlapping `[l, r)`: its packets within `[l, r)` and its local symbols whose key `truth`
-    /// accepts, with their packet counts there.
-    fn for_groups(&self, truth: &[bool], l: usize, r: usize, mut f: impl FnMut(usize, usize, &[(u32, usize)])) {
+    /// accepts (a key id past the table: `past`), with their packet counts there.
+    fn for_groups(
+        &self,
+        truth: &[bool],
+        past: bool,
+        l: usize,
+        r: usize,
+        mut f: impl FnMut(usize, usize, &[(u32, usize)]),
+    ) {
         if l >= r {
             return;
         }
@@ -179,9 +176,10 @@ impl<'a> KeySeq<'a> {
             let (s, e) = self.group_range(g);
             hits.clear();
             for (j, k) in (s..e).enumerate() {
-                if truth.get(self.ids[k] as usize).copied().unwrap_or(false) {
-                    let c = if whole {
-                        self.counts[k] as usize
+                if truth.get(self.ids.get(k) as usize).copied().unwrap_or(past) {
+                    let stored = self.counts.get(k) as usize;
+                    let c = if whole && stored > 0 {
+                        stored
                     } else {
                         self.local.rank(j as u32, b) - self.local.rank(j as u32, a)
                     };
@@ -196,14 +194,27 @@ impl<'a> KeySeq<'a> {
         }
     }
 
-    /// Packets in `[l, r)` whose key `truth` accepts.
-    pub(crate) fn count_in(&self, truth: &[bool], l: usize, r: usize) -> usize {
+    /// Packets in `[l, r)` whose key `truth` accepts, and those whose key id is past the table if `past`.
+    fn count(&self, truth: &[bool], past: bool, l: usize, r: usize) -> usize {
         if l == 0 && r == self.n {
-            return truth.iter().zip(self.totals()).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
+            let t = self.totals();
+            let known: usize = truth.iter().zip(t).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
+            return known + if past { t[self.keys] as usize } else { 0 };
         }
         let mut total = 0;
-        self.for_groups(truth, l, r, |_, _, hits| total += hits.iter().map(|h| h.1).sum::<usize>());
+        self.for_groups(truth, past, l, r, |_, _, hits| total += hits.iter().map(|h| h.1).sum::<usize>());
         total
+    }
+
+    /// Packets in `[l, r)` that may have a key `truth` accepts (an upper bound, as [`positions`](Self::positions)
+    /// selects: key ids past the table included).
+    pub(crate) fn count_in(&self, truth: &[bool], l: usize, r: usize) -> usize {
+        self.count(truth, true, l, r)
+    }
+
+    /// Packets in `[l, r)` whose key is in the table and accepted by `truth`.
+    pub(crate) fn count_sure(&self, truth: &[bool], l: usize, r: usize) -> usize {
+        self.count(truth, false, l, r)
     }
 
     /// Appends the packets in `[l, r)` whose key `truth` accepts, ascending: per group by `select` for few of
@@ -213,7 +224,7 @@ impl<'a> KeySeq<'a> {
             return;
         }
         let mut want = Vec::new();
-        self.for_groups(truth, l, r, |a, b, hits| {
+        self.for_groups(truth, true, l, r, |a, b, hits| {
             let total: usize = hits.iter().map(|h| h.1).sum();
             if total.saturating_mul(8) > b - a {
                 want.clear();
@@ -280,12 +291,23 @@ mod tests {
         let ids = [0u32, 1, 1, 2, 0, 0, 2, 1];
         let bytes = load(&ids, 3, 4);
         assert!(KeySeq::read(&mut Cursor::new(&bytes), 8, 3).is_ok());
-        assert!(KeySeq::read(&mut Cursor::new(&bytes), 8, 2).is_err(), "ids past the table");
+        assert!(KeySeq::read(&mut Cursor::new(&bytes), 8, 5).is_err(), "ids of another width");
         assert!(KeySeq::read(&mut Cursor::new(&bytes), 9, 3).is_err(), "groups do not tile the packets");
-        // A count changed (the first group's first entry, count bits start after the ids).
+        // The second group start moved past the entries.
         let mut bad = bytes.clone();
-        let counts_at = 32 + 2; // header and starts padded to 32 bytes, then six 2-bit ids
-        bad[counts_at] ^= 1;
+        bad[20] = 7;
         assert!(KeySeq::read(&mut Cursor::new(&bad), 8, 3).is_err());
+        // An id past the table (the first entry's two bits set to 3): read, then given as past the table.
+        let mut bad = bytes.clone();
+        bad[32] |= 3;
+        let s = KeySeq::read(&mut Cursor::new(&bad), 8, 3).unwrap();
+        let past: Vec<usize> = (0..8).filter(|&i| s.access(i) == 3).collect();
+        assert!(!past.is_empty());
+        // Such packets may match anything: selected (then refused when read), never counted as sure.
+        let mut out = Vec::new();
+        s.positions(&[false, false, false], 0, 8, &mut out);
+        assert_eq!(out.iter().map(|&i| i as usize).collect::<Vec<_>>(), past);
+        assert_eq!(s.count_in(&[false; 3], 0, 8), past.len());
+        assert_eq!(s.count_sure(&[true; 3], 0, 8), 8 - past.len());
     }
 }

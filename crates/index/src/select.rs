@@ -514,8 +514,8 @@ impl<'a> ChunkView<'a> {
                 f if KEY_FIELDS.contains(&f) => Prep::Keys(self.key_truth(p)),
                 _ => Prep::All,
             },
-            Need::And(v) => Prep::And(v.iter().map(|n| self.prepare(n, time_preds)).collect()),
-            Need::Or(v) => Prep::Or(v.iter().map(|n| self.prepare(n, time_preds)).collect()),
+            Need::And(v) => fold(v.iter().map(|n| self.prepare(n, time_preds)).collect(), true),
+            Need::Or(v) => fold(v.iter().map(|n| self.prepare(n, time_preds)).collect(), false),
         }
     }
 
@@ -656,7 +656,7 @@ impl<'a> ChunkView<'a> {
             let unsure: Vec<bool> = may.iter().zip(&known).map(|(m, k)| *m && !*k).collect();
             let mut maybe = Vec::new();
             self.tree.positions(&unsure, 0, self.n, &mut maybe);
-            return (self.tree.count_in(&sure, 0, self.n) as u64, maybe);
+            return (self.tree.count_sure(&sure, 0, self.n) as u64, maybe);
         }
         // Mixed conditions: decide each candidate from its key, flags, length class and page.
         let mut lens_preds = Vec::new();
@@ -719,6 +719,31 @@ enum Prep {
     Time(usize),
     And(Vec<Prep>),
     Or(Vec<Prep>),
+}
+
+/// A conjunction (`and`) or disjunction of prepared conditions, with its key conditions merged into one truth
+/// table (a packet's key satisfies them all, or one of them, exactly when it satisfies the merged one), so that
+/// the key sequence is walked once instead of once per field (`host X` is four key conditions).
+fn fold(parts: Vec<Prep>, and: bool) -> Prep {
+    let mut merged: Option<Vec<bool>> = None;
+    let mut rest = Vec::new();
+    for p in parts {
+        match p {
+            Prep::Keys(t) => match &mut merged {
+                None => merged = Some(t.to_vec()),
+                Some(m) => m.iter_mut().zip(t.iter()).for_each(|(a, b)| if and { *a &= *b } else { *a |= *b }),
+            },
+            p => rest.push(p),
+        }
+    }
+    if let Some(m) = merged {
+        rest.insert(0, Prep::Keys(Arc::new(m)));
+    }
+    match (rest.len(), and) {
+        (1, _) => rest.pop().unwrap_or(Prep::All),
+        (_, true) => Prep::And(rest),
+        (_, false) => Prep::Or(rest),
+    }
 }
 
 /// The symbols `truth` accepts (indexes of its true entries).
