@@ -916,6 +916,59 @@ impl<'a> IndexView<'a> {
         Ok(())
     }
 
+    /// Reads every packet of chunk `ci` in order from the trace held in `data` (memory-mapped), starting at the
+    /// chunk's first record, so that chunks can be read in parallel (a scan split by the index). The first and
+    /// last packets are checked against the index, and the walk must find exactly the chunk's packets, so a
+    /// stale index gives an error, not other packets. `f` gets each packet's index in the trace and its record.
+    pub fn walk_chunk(
+        &self,
+        data: &'a [u8],
+        seeker: &Seeker,
+        trace: &Path,
+        ci: usize,
+        f: &mut dyn FnMut(u64, Record<'a>) -> Result<(), IndexError>,
+    ) -> Result<(), IndexError> {
+        let c = &self.chunks[ci];
+        let stale = |why: String| IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why };
+        let snap = self.file.header.snap as usize;
+        let check = |i: usize, rec: &Record<'_>| {
+            let fields = PacketFields::new(rec.linktype, &rec.data[..rec.data.len().min(snap)], rec.wirelen, rec.ts_ns);
+            if c.is_packet(i, &fields, rec.wirelen, rec.ts_ns) {
+                Ok(())
+            } else {
+                Err(stale(format!(
+                    "packet {} at byte {} is not the packet the index describes",
+                    c.first_packet + i as u64,
+                    rec.offset
+                )))
+            }
+        };
+        let mut off = c.block_offset(0);
+        for i in 0..c.n {
+            let rec = seeker.next_record_at(data, off).map_err(|e| {
+                stale(format!("no packet {} where the index places it ({e})", c.first_packet + i as u64))
+            })?;
+            if i == 0 || i + 1 == c.n {
+                check(i, &rec)?;
+            }
+            off = rec.offset + u64::from(rec.record_len);
+            f(c.first_packet + i as u64, rec)?;
+        }
+        if let Some(next) = self.chunks.get(ci + 1)
+            && off > next.block_offset(0)
+        {
+            return Err(stale(format!("chunk of packet {} runs past the next chunk's start", c.first_packet)));
+        }
+        Ok(())
+    }
+
+    /// Bytes of the capture stream chunk `ci` spans (from its first record to the next chunk's, or to the end of
+    /// what was indexed).
+    pub fn chunk_bytes(&self, ci: usize) -> u64 {
+        let end = self.chunks.get(ci + 1).map_or(self.file.header.stream_len, |n| n.block_offset(0));
+        end.saturating_sub(self.chunks[ci].block_offset(0))
+    }
+
     /// Whether packet `i` of chunk `ci` has the key the index gives it, seen as `fields` (for streamed traces).
     pub fn is_packet(&self, ci: usize, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> bool {
         self.chunks[ci].is_packet(i, fields, wirelen, ts)

@@ -57,4 +57,4 @@ pub use read::{
 pub use sys::MappedFile;
 pub use time::{Rfc3339, TimeParseError, parse_time};
 pub use types::{EtherType, IpProto, LinkType, TsPrecision};
-pub use write::{Compressor, OutputFormat, PcapNgWriter, PcapWriter, TraceWriter, precision_for};
+pub use write::{Compressor, OutputFormat, PcapNgWriter, PcapWriter, TraceWriter, pcap_record_header, precision_for};

@@ -43,19 +43,7 @@ impl<W: Write> PcapWriter<W> {
 
     /// Appends one packet. Timestamps are truncated to the file's precision, as libpcap does.
     pub fn write_packet(&mut self, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), WriteError> {
-        let caplen = u32::try_from(data.len()).map_err(|_| WriteError::PacketTooLarge { len: data.len() })?;
-        let sec = u32::try_from(ts_ns / 1_000_000_000).map_err(|_| WriteError::TimestampOutOfRange { ts_ns })?;
-        let sub = ts_ns % 1_000_000_000;
-        let frac = match self.precision {
-            TsPrecision::Micro => sub / 1000,
-            TsPrecision::Nano => sub,
-        } as u32;
-        let mut h = [0u8; 16];
-        h[0..4].copy_from_slice(&sec.to_le_bytes());
-        h[4..8].copy_from_slice(&frac.to_le_bytes());
-        h[8..12].copy_from_slice(&caplen.to_le_bytes());
-        h[12..16].copy_from_slice(&wirelen.to_le_bytes());
-        self.w.write_all(&h)?;
+        self.w.write_all(&pcap_record_header(self.precision, ts_ns, wirelen, data.len())?)?;
         self.w.write_all(data)?;
         Ok(())
     }
@@ -72,6 +60,29 @@ impl<W: Write> PcapWriter<W> {
     pub fn finish(self) -> Result<W, WriteError> {
         self.w.into_inner().map_err(|e| WriteError::Io(e.into_error()))
     }
+}
+
+/// The 16-byte header [`PcapWriter`] writes before a packet of `caplen` bytes (little-endian; the timestamp
+/// truncated to `precision`), for writers that place records themselves (at precomputed offsets, in parallel).
+pub fn pcap_record_header(
+    precision: TsPrecision,
+    ts_ns: u64,
+    wirelen: u32,
+    caplen: usize,
+) -> Result<[u8; 16], WriteError> {
+    let caplen32 = u32::try_from(caplen).map_err(|_| WriteError::PacketTooLarge { len: caplen })?;
+    let sec = u32::try_from(ts_ns / 1_000_000_000).map_err(|_| WriteError::TimestampOutOfRange { ts_ns })?;
+    let sub = ts_ns % 1_000_000_000;
+    let frac = match precision {
+        TsPrecision::Micro => sub / 1000,
+        TsPrecision::Nano => sub,
+    } as u32;
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&sec.to_le_bytes());
+    h[4..8].copy_from_slice(&frac.to_le_bytes());
+    h[8..12].copy_from_slice(&caplen32.to_le_bytes());
+    h[12..16].copy_from_slice(&wirelen.to_le_bytes());
+    Ok(h)
 }
 
 /// Writer of pcapng files (one little-endian section).

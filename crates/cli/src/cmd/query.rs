@@ -6,13 +6,15 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use pcaptool_index::{IndexFile, IndexView, Selection, compression_code, sidecar_path};
 use pcaptool_packet::{
-    FileFormat, Interface, LinkType, OutputFormat, PacketFields, Record, Records, Seeker, TraceReader, precision_for,
+    FileFormat, Interface, LinkType, OutputFormat, PacketFields, Record, Records, Seeker, TraceReader, TraceWriter,
+    TsPrecision, pcap_record_header, precision_for,
 };
 use pcaptool_query::plan::{Field, IndexSource, Pred};
 use pcaptool_query::{Filter, Matcher, Target};
@@ -128,9 +130,9 @@ fn output_format(reader: &TraceReader) -> OutputFormat {
     match reader.format() {
         Some(FileFormat::Pcap { precision, .. }) => OutputFormat::Pcap(precision),
         Some(FileFormat::PcapNg { .. }) => OutputFormat::PcapNg(None),
-        None => OutputFormat::Pcap(
-            reader.interfaces().first().map_or(pcaptool_packet::TsPrecision::Micro, |i| precision_for(i.tsresol)),
-        ),
+        None => {
+            OutputFormat::Pcap(reader.interfaces().first().map_or(TsPrecision::Micro, |i| precision_for(i.tsresol)))
+        }
     }
 }
 
@@ -194,17 +196,38 @@ pub(crate) fn execute(
 
     let to_stdout = args.write.as_ref().is_some_and(|w| w.as_os_str() == "-");
     let format = output_format(&reader);
-    let mut out = match &args.write {
-        None => None,
-        Some(w) => {
-            let sink: Box<dyn Write> = if to_stdout {
-                Box::new(BufWriter::with_capacity(1 << 20, io::stdout().lock()))
-            } else {
-                let f = File::create(w).with_context(|| format!("cannot create {}", w.display()))?;
-                Box::new(BufWriter::with_capacity(1 << 20, f))
-            };
-            Some(pcaptool_packet::TraceWriter::new(sink, format)?)
+    // With an index over a mapped pcap of one interface, matches are written at offsets computed in advance, by
+    // every thread at once (pcapWT's parallel extraction); the bytes are those the writer would write.
+    let ifaces = reader.interfaces();
+    let file = match &args.write {
+        Some(w) if !to_stdout => Some(File::create(w).with_context(|| format!("cannot create {}", w.display()))?),
+        _ => None,
+    };
+    // Writing at offsets needs a file that takes them: a regular file or a device such as /dev/null, not a pipe.
+    let positional_file = file.as_ref().and_then(|f| f.metadata().ok()).is_some_and(|m| {
+        use std::os::unix::fs::FileTypeExt;
+        m.file_type().is_file() || m.file_type().is_char_device()
+    });
+    let (mut positional, mut out) = match (file, format, view) {
+        (Some(f), OutputFormat::Pcap(precision), Some(v))
+            if positional_file
+                && reader.as_bytes().is_some()
+                && !v.file().compressed()
+                && ifaces.len() == 1
+                && ifaces[0].fcs_len.is_none() =>
+        {
+            let shown = args.write.as_deref().map(|w| w.display().to_string()).unwrap_or_default();
+            let p = Positional::start(f, precision, ifaces).with_context(|| format!("cannot write {shown}"))?;
+            (Some(p), None)
         }
+        (Some(f), ..) => {
+            (None, Some(TraceWriter::new(Box::new(BufWriter::with_capacity(1 << 20, f)) as Box<dyn Write>, format)?))
+        }
+        (None, ..) if to_stdout => {
+            let sink: Box<dyn Write> = Box::new(BufWriter::with_capacity(1 << 20, io::stdout().lock()));
+            (None, Some(TraceWriter::new(sink, format)?))
+        }
+        (None, ..) => (None, None),
     };
     // Counting an exact condition: the index decides every packet whose fields it knows; only the others are read.
     let counted = match (view, &plan.index) {
@@ -212,24 +235,28 @@ pub(crate) fn execute(
         _ => None,
     };
     let result = match (view, &counted, &selection) {
-        (Some(v), Some((sure, undecided)), _) => {
-            indexed(&mut reader, v, undecided, &mut matchers, None, args).map(|mut s| {
+        (Some(v), Some((sure, undecided)), _) => indexed(&mut reader, v, undecided, &mut matchers, None, None, args)
+            .map(|mut s| {
                 s.matched = (s.matched + sure).min(args.limit.unwrap_or(u64::MAX));
                 s.from_index = Some(*sure);
                 s
-            })
+            }),
+        (Some(v), None, Some(sel)) => {
+            indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), positional.as_mut(), args)
         }
-        (Some(v), None, Some(sel)) => indexed(&mut reader, v, sel, &mut matchers, out.as_mut(), args),
+        // A scan with an index over a mapped trace: chunks read in parallel from their first records.
+        (Some(v), None, None) if reader.as_bytes().is_some() && !v.file().compressed() && args.limit.is_none() => {
+            scan_chunks(&mut reader, v, &mut matchers, out.as_mut(), positional.as_mut(), args)
+        }
         _ => scan(&mut reader, &mut matchers, out.as_mut(), args),
     };
-    let finish =
-        |out: Option<pcaptool_packet::TraceWriter<Box<dyn Write>>>, ifaces: &[Interface]| -> anyhow::Result<()> {
-            if let Some(w) = out {
-                let mut sink = w.finish(ifaces).context("cannot write the output")?;
-                sink.flush().context("cannot write the output")?;
-            }
-            Ok(())
-        };
+    let finish = |out: Option<TraceWriter<Box<dyn Write>>>, ifaces: &[Interface]| -> anyhow::Result<()> {
+        if let Some(w) = out {
+            let mut sink = w.finish(ifaces).context("cannot write the output")?;
+            sink.flush().context("cannot write the output")?;
+        }
+        Ok(())
+    };
     let stats = match result {
         Ok(s) => s,
         Err(e) => {
@@ -237,6 +264,7 @@ pub(crate) fn execute(
                 && !to_stdout
             {
                 drop(out);
+                drop(positional);
                 let _ = std::fs::remove_file(w);
             }
             return Err(e);
@@ -286,7 +314,7 @@ const BATCH: usize = 16_384;
 fn scan(
     reader: &mut TraceReader,
     matchers: &mut Matchers<'_>,
-    mut out: Option<&mut pcaptool_packet::TraceWriter<Box<dyn Write>>>,
+    mut out: Option<&mut TraceWriter<Box<dyn Write>>>,
     args: &Args,
 ) -> anyhow::Result<Stats> {
     let limit = args.limit.unwrap_or(u64::MAX);
@@ -381,6 +409,139 @@ fn scan(
     Ok(stats)
 }
 
+/// Writes the matches of consecutive chunks, in order, up to `limit` matches in all (counted in `stats`);
+/// true when the limit is reached.
+fn emit(
+    mut lists: Vec<Vec<Record<'_>>>,
+    out: Option<&mut TraceWriter<Box<dyn Write>>>,
+    positional: Option<&mut Positional>,
+    ifaces: &[Interface],
+    limit: u64,
+    stats: &mut Stats,
+) -> anyhow::Result<bool> {
+    let mut left = limit - stats.matched;
+    for l in &mut lists {
+        l.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+        left -= l.len() as u64;
+    }
+    stats.matched = limit - left;
+    if let Some(p) = positional {
+        p.write(&lists).context("cannot write the output")?;
+    } else if let Some(w) = out {
+        for rec in lists.iter().flatten() {
+            w.write(rec, ifaces).context("cannot write the output")?;
+        }
+    }
+    Ok(left == 0)
+}
+
+/// A pcap output written at precomputed offsets: each wave of chunks' matches is sized first, then every chunk's
+/// records are encoded and written at their place by its own thread.
+pub(crate) struct Positional {
+    file: File,
+    precision: TsPrecision,
+    /// Where the next record goes.
+    next: u64,
+}
+
+impl Positional {
+    /// Writes the file header, the one [`TraceWriter`] writes for a trace of these interfaces.
+    fn start(file: File, precision: TsPrecision, ifaces: &[Interface]) -> anyhow::Result<Positional> {
+        let header = TraceWriter::new(Vec::new(), OutputFormat::Pcap(precision))?.finish(ifaces)?;
+        file.write_all_at(&header, 0)?;
+        Ok(Positional { file, precision, next: header.len() as u64 })
+    }
+
+    fn write(&mut self, lists: &[Vec<Record<'_>>]) -> anyhow::Result<()> {
+        let mut starts = Vec::with_capacity(lists.len());
+        for l in lists {
+            starts.push(self.next);
+            self.next += l.iter().map(|r| 16 + r.data.len() as u64).sum::<u64>();
+        }
+        let file = &self.file;
+        let precision = self.precision;
+        lists.par_iter().zip(starts).try_for_each(|(l, mut at)| -> anyhow::Result<()> {
+            let mut buf = Vec::with_capacity(1 << 20);
+            for r in l {
+                buf.extend_from_slice(&pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?);
+                buf.extend_from_slice(r.data);
+                if buf.len() >= 1 << 20 {
+                    file.write_all_at(&buf, at)?;
+                    at += buf.len() as u64;
+                    buf.clear();
+                }
+            }
+            file.write_all_at(&buf, at)?;
+            Ok(())
+        })
+    }
+}
+
+/// A scan split by the index: every chunk read from its first record, chunks in parallel (in waves, so memory
+/// holds a few chunks' matches), matches written in order.
+fn scan_chunks(
+    reader: &mut TraceReader,
+    view: &IndexView<'_>,
+    matchers: &mut Matchers<'_>,
+    mut out: Option<&mut TraceWriter<Box<dyn Write>>>,
+    mut positional: Option<&mut Positional>,
+    args: &Args,
+) -> anyhow::Result<Stats> {
+    let snap = snapshot(reader);
+    let file = view.file();
+    let bytes = reader.as_bytes().context("a mapped trace")?;
+    let mut stats = Stats { scanned: view.packets(), matched: 0, candidates: None, from_index: None, damage: None };
+    let seeker = Seeker::new(bytes, file.structure())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{} does not describe {}: {e}; rebuild it with `pcaptool index`",
+                file.path().display(),
+                args.trace.display()
+            )
+        })?
+        .with_path(&args.trace);
+    for i in seeker.interfaces() {
+        matchers.get(i.linktype)?;
+    }
+    let compiled = &matchers.compiled;
+    let decide = |r: &Record<'_>| {
+        let lt = r.linktype.base();
+        compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
+    };
+    let total = std::fs::metadata(&args.trace).ok().map(|m| m.len());
+    let pb = progress::bytes(total, "query");
+    let all: Vec<usize> = (0..view.chunks().len()).collect();
+    for wave in all.chunks(rayon::current_num_threads().max(1)) {
+        let lists = wave
+            .par_iter()
+            .map(|&ci| {
+                let mut hits = Vec::new();
+                view.walk_chunk(bytes, &seeker, &args.trace, ci, &mut |_, rec| {
+                    let rec = cut(rec, snap);
+                    if decide(&rec) {
+                        hits.push(rec);
+                    }
+                    Ok(())
+                })?;
+                pb.inc(view.chunk_bytes(ci));
+                Ok(hits)
+            })
+            .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()?;
+        emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), u64::MAX, &mut stats)?;
+    }
+    pb.finish_and_clear();
+    if let Some(off) = file.damage() {
+        match seeker.next_record_at(bytes, off) {
+            Err(e) => stats.damage = Some(e),
+            Ok(_) => bail!(
+                "{} says the trace is damaged at byte {off}, but it is not: rebuild it with `pcaptool index`",
+                file.path().display()
+            ),
+        }
+    }
+    Ok(stats)
+}
+
 /// The index as the planner sees it.
 struct Source<'a, 'b>(&'a IndexView<'b>);
 
@@ -416,7 +577,8 @@ fn indexed(
     view: &IndexView<'_>,
     sel: &Selection,
     matchers: &mut Matchers<'_>,
-    mut out: Option<&mut pcaptool_packet::TraceWriter<Box<dyn Write>>>,
+    mut out: Option<&mut TraceWriter<Box<dyn Write>>>,
+    mut positional: Option<&mut Positional>,
     args: &Args,
 ) -> anyhow::Result<Stats> {
     let limit = args.limit.unwrap_or(u64::MAX);
@@ -447,30 +609,24 @@ fn indexed(
             let lt = r.linktype.base();
             compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
         };
-        let per_chunk: Vec<Result<Vec<Record<'_>>, pcaptool_index::IndexError>> = sel
-            .chunks
-            .par_iter()
-            .map(|(ci, positions)| {
-                let mut hits = Vec::new();
-                view.read_packets(bytes, &seeker, &args.trace, *ci, positions, &mut |_, rec| {
-                    let rec = cut(rec, snap);
-                    if decide(&rec) {
-                        hits.push(rec);
-                    }
-                    Ok(())
-                })?;
-                Ok(hits)
-            })
-            .collect();
-        'outer: for hits in per_chunk {
-            for rec in hits? {
-                stats.matched += 1;
-                if let Some(w) = out.as_deref_mut() {
-                    w.write(&rec, seeker.interfaces()).context("cannot write the output")?;
-                }
-                if stats.matched >= limit {
-                    break 'outer;
-                }
+        // Chunks in waves of one per thread, so that memory holds the matches of a few chunks at a time.
+        for wave in sel.chunks.chunks(rayon::current_num_threads().max(1)) {
+            let lists = wave
+                .par_iter()
+                .map(|(ci, positions)| {
+                    let mut hits = Vec::new();
+                    view.read_packets(bytes, &seeker, &args.trace, *ci, positions, &mut |_, rec| {
+                        let rec = cut(rec, snap);
+                        if decide(&rec) {
+                            hits.push(rec);
+                        }
+                        Ok(())
+                    })?;
+                    Ok(hits)
+                })
+                .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()?;
+            if emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), limit, &mut stats)? {
+                break;
             }
         }
         if let Some(off) = file.damage()
