@@ -1,8 +1,10 @@
 //! `pcaptool query TRACE FILTER`: the packets of a trace that a tcpdump filter selects, written in the trace's own
 //! format, counted, or explained. With an index (`TRACE.ptidx`, see `pcaptool index`) and a filter the index
 //! narrows, only the packets the index selects are read (in parallel, chunk by chunk) and the filter runs on each;
-//! otherwise the trace is scanned: records are walked in order over a memory map and the filter runs on batches
-//! of them in parallel. Either way matches are written in their original order, the same bytes.
+//! with an index that would select too much, its chunks are scanned in parallel; otherwise the trace is scanned:
+//! records are walked in order over a memory map and the filter runs on batches of them in parallel. Either way
+//! matches are written in their original order, the same bytes (pcap output with an index: at offsets computed
+//! in advance, by every thread at once).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
