@@ -30,6 +30,10 @@ enum Command {
     Query(cmd::query::Args),
     /// Load a trace's index once and answer filters at a prompt (line editing, history).
     Shell(cmd::shell::Args),
+    /// Import traces into a flow store (a directory of flow-clustered segments) for fast queries.
+    Import(cmd::store::ImportArgs),
+    /// List a flow store's flows (conn.log-like), optionally those a filter may match.
+    Flows(cmd::store::FlowsArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,8 @@ fn main() -> ExitCode {
         Command::Index(a) => cmd::index::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Shell(a) => cmd::shell::run(a),
+        Command::Import(a) => cmd::store::import(a),
+        Command::Flows(a) => cmd::store::flows(a),
     };
     match result {
         Ok(code) => code,

@@ -1,6 +1,40 @@
-//! Flow-clustered packet storage with two-stage indexes (FloSIS).
+//! Flow-clustered packet storage with two-stage indexes (after FloSIS: Lee et al., USENIX ATC 2015).
 //!
-//! Filled by the flow-store issue; until then it is empty.
+//! A store is a directory of segments. Each segment is a pcap file that tcpdump and Wireshark open as it is, in
+//! which the packets of each flow stand together (one connection comes back with one sequential read), and an
+//! index in two stages: stage 1 (time range, Bloom filters of addresses and ports, kept in memory for every
+//! segment) rules a segment out without reading it; stage 2 (the flow table and sorted arrays of addresses and
+//! ports) finds the flows by binary search. Every packet keeps its position in the original order, so results
+//! come back in that order. Formats: docs/format/segment.md.
+//!
+//! The store knows conditions on fields ([`pcaptool_packet::Need`]), not filter syntax: the caller derives them
+//! from a filter and runs the filter on what the store returns (a superset of the matches).
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use pcaptool_flowstore::{ImportOptions, Store};
+//! use pcaptool_packet::Need;
+//!
+//! let mut store = Store::open(Path::new("store"))?;
+//! store.import(Path::new("trace.pcap"), &ImportOptions::default(), &mut |_| {})?;
+//! store.query(&Need::All, &mut |seq, ts, wirelen, data| {
+//!     println!("{seq} {ts} {wirelen} {}", data.len());
+//!     true
+//! })?;
+//! # Ok::<(), pcaptool_flowstore::StoreError>(())
+//! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+mod bloom;
+mod error;
+pub mod flow;
+pub mod segment;
+mod store;
+
+pub use bloom::Bloom;
+pub use error::StoreError;
+pub use flow::{ConnState, Flow, FlowTracker, Side};
+pub use segment::{Segment, Stage1, Stage2, StoreMeta};
+pub use store::{ImportOptions, ImportStats, QueryStats, Store};

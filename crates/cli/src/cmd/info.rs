@@ -70,6 +70,11 @@ struct FileInfo {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let [dir] = args.files.as_slice()
+        && dir.is_dir()
+    {
+        return crate::cmd::store::info(dir, args.json);
+    }
     let mut infos = Vec::new();
     let mut failed = false;
     for path in &args.files {

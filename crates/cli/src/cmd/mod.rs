@@ -6,6 +6,7 @@ pub(crate) mod index;
 pub(crate) mod info;
 pub(crate) mod query;
 pub(crate) mod shell;
+pub(crate) mod store;
 
 /// Whether `a` and `b` name the same existing file (writing one would destroy the other while it is read).
 pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {

@@ -32,7 +32,7 @@ pub(crate) struct Args {
     trace: PathBuf,
     /// The filter, in tcpdump's language (several words are joined with spaces, as tcpdump does; put it after
     /// `--` if it starts with '-').
-    #[arg(required = true, num_args = 1..)]
+    #[arg(required_unless_present = "flow", num_args = 1..)]
     filter: Vec<String>,
     /// Write the matching packets here, in the trace's format (`-` for standard output).
     #[arg(short = 'w', long = "write", value_name = "OUT")]
@@ -52,6 +52,10 @@ pub(crate) struct Args {
     /// Print counts and explanations as JSON.
     #[arg(long)]
     json: bool,
+    /// With a flow store (TRACE is its directory): the packets of this flow (an id from `pcaptool flows`), in
+    /// order, with one read per segment it spans.
+    #[arg(long, value_name = "ID")]
+    flow: Option<u64>,
     /// Threads for the scan (default: all cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
@@ -69,6 +73,7 @@ impl Args {
             explain,
             scan: false,
             json: false,
+            flow: None,
             threads: None,
         }
     }
@@ -119,9 +124,13 @@ fn max_snaplen(lt: LinkType) -> u32 {
 /// (the pcap header's, or the first pcapng interface's) to that length, so filters and output do too.
 pub(crate) fn snapshot(reader: &TraceReader) -> usize {
     let Some(first) = reader.interfaces().first() else { return usize::MAX };
-    let max = max_snaplen(first.linktype);
-    let snap = if first.snaplen == 0 || first.snaplen > max { max } else { first.snaplen };
-    snap as usize
+    snap_for(first.linktype, first.snaplen)
+}
+
+/// The bytes of a packet libpcap's filters and output see, for a capture of this link type and snapshot length.
+pub(crate) fn snap_for(linktype: LinkType, snaplen: u32) -> usize {
+    let max = max_snaplen(linktype);
+    (if snaplen == 0 || snaplen > max { max } else { snaplen }) as usize
 }
 
 fn cut(rec: Record<'_>, snap: usize) -> Record<'_> {
@@ -140,6 +149,30 @@ fn output_format(reader: &TraceReader) -> OutputFormat {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = args.filter.join(" ");
+    if args.trace.is_dir() {
+        let filter = if text.is_empty() {
+            None
+        } else {
+            Some(Filter::new(&text).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?)
+        };
+        if args.write.is_none() && !args.count && !args.explain {
+            bail!(
+                "say what to do with the matches: -w FILE to write them (- for standard output), --count, or --explain"
+            );
+        }
+        return crate::cmd::store::query(
+            &args.trace,
+            filter.as_ref(),
+            args.flow,
+            args.write.as_deref(),
+            args.count,
+            args.limit,
+            args.explain,
+        );
+    }
+    if args.flow.is_some() {
+        bail!("--flow needs a flow store: {} is not a directory (see `pcaptool import`)", args.trace.display());
+    }
     let filter = Filter::new(&text).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?;
     if args.write.is_none() && !args.count && !args.explain {
         bail!("say what to do with the matches: -w FILE to write them (- for standard output), --count, or --explain");

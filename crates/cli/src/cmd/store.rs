@@ -1,0 +1,337 @@
+//! The flow store's commands: `pcaptool import TRACE... --store DIR`, `pcaptool flows DIR [FILTER]`, and the
+//! store side of `pcaptool query DIR ...` and `pcaptool info DIR`.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use pcaptool_flowstore::{Flow, ImportOptions, Store};
+use pcaptool_packet::{Need, PcapWriter};
+use pcaptool_query::Filter;
+use pcaptool_query::plan::necessary;
+
+use crate::progress;
+
+/// A byte count with an optional K, M, G or T suffix (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        Some((i, 'T' | 't')) => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}` is not a size (bytes, or a number with K, M, G or T)"))
+}
+
+/// Arguments of `pcaptool import`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ImportArgs {
+    /// Captures to import, in order (pcap or pcapng, possibly compressed).
+    #[arg(required = true, num_args = 1..)]
+    traces: Vec<PathBuf>,
+    /// The store directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    store: PathBuf,
+    /// Close a segment at this many bytes of data.
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
+    segment_size: u64,
+    /// After importing, remove the oldest segments whole until the store takes at most this much.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    max_size: Option<u64>,
+    /// Print what was imported as JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+fn open_store(dir: &Path) -> anyhow::Result<Store> {
+    let store = Store::open(dir).with_context(|| format!("cannot open the store {}", dir.display()))?;
+    for r in store.repairs() {
+        eprintln!("pcaptool: store {}: {r}", dir.display());
+    }
+    Ok(store)
+}
+
+pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let mut store = open_store(&args.store)?;
+    let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
+    let mut code = ExitCode::SUCCESS;
+    for trace in &args.traces {
+        let total = std::fs::metadata(trace).ok().map(|m| m.len());
+        let pb = progress::bytes(total, "import");
+        let started = Instant::now();
+        let stats = store
+            .import(trace, &opts, &mut |at| pb.set_position(at))
+            .with_context(|| format!("cannot import {} into {}", trace.display(), args.store.display()))?;
+        pb.finish_and_clear();
+        let secs = started.elapsed().as_secs_f64();
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "trace": trace, "store": args.store, "packets": stats.packets, "segments": stats.segments,
+                    "removed_segments": stats.removed, "seconds": secs,
+                    "damage": stats.damage.as_ref().map(|d| d.to_string()),
+                })
+            );
+        } else {
+            println!(
+                "{}: {} packets in {} segments of {} in {secs:.2} s{}",
+                trace.display(),
+                stats.packets,
+                stats.segments,
+                args.store.display(),
+                if stats.removed > 0 {
+                    format!("; {} oldest segments removed for --max-size", stats.removed)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if let Some(d) = &stats.damage {
+            eprintln!("pcaptool: error: {d}; the {} packets before it were imported", stats.packets);
+            code = ExitCode::FAILURE;
+        }
+    }
+    Ok(code)
+}
+
+/// `pcaptool query DIR FILTER` (or `--flow ID`): the store's packets the filter matches, in the original order.
+pub(crate) fn query(
+    dir: &Path,
+    filter: Option<&Filter>,
+    flow: Option<u64>,
+    write: Option<&Path>,
+    count: bool,
+    limit: Option<u64>,
+    explain: bool,
+) -> anyhow::Result<ExitCode> {
+    let store = open_store(dir)?;
+    let Some(meta) = store.meta() else {
+        bail!("the store {} holds no packets: import traces with `pcaptool import`", dir.display())
+    };
+    let need = filter.map_or(Need::All, necessary);
+    if explain {
+        let mut passed = 0;
+        let (mut flows, mut bytes) = (0u64, 0u64);
+        for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
+            passed += 1;
+            let s2 = seg.stage2()?;
+            for slot in s2.candidates(&need) {
+                if s2.flows[slot].packets > 0 {
+                    flows += 1;
+                    bytes += s2.flows[slot].data_len;
+                }
+            }
+        }
+        println!("store:     {} ({} segments, {} packets)", dir.display(), store.segments().len(), store.packets());
+        println!("condition: {need}");
+        println!(
+            "stage 1:   {passed} of {} segments may hold matches (time range, Bloom filters)",
+            store.segments().len()
+        );
+        println!("stage 2:   {flows} flows to read, {bytes} bytes (one read each); the filter runs on their packets");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut matcher = match filter {
+        Some(f) => Some(
+            f.compile(pcaptool_query::Target { linktype: meta.linktype.base(), swapped: false })
+                .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", meta.linktype))?,
+        ),
+        None => None,
+    };
+    let snap = crate::cmd::query::snap_for(meta.linktype, meta.snaplen);
+    let to_stdout = write.is_some_and(|w| w.as_os_str() == "-");
+    let mut out = match write {
+        None => None,
+        Some(w) => {
+            let sink: Box<dyn Write> = if to_stdout {
+                Box::new(BufWriter::with_capacity(1 << 20, io::stdout().lock()))
+            } else {
+                Box::new(BufWriter::with_capacity(
+                    1 << 20,
+                    File::create(w).with_context(|| format!("cannot create {}", w.display()))?,
+                ))
+            };
+            Some(PcapWriter::new(sink, meta.linktype, meta.snaplen, meta.precision)?)
+        }
+    };
+    let limit = limit.unwrap_or(u64::MAX);
+    let mut matched = 0u64;
+    let mut failure: Option<anyhow::Error> = None;
+    let mut each = |ts: u64, wirelen: u32, data: &[u8]| -> bool {
+        let data = &data[..data.len().min(snap)];
+        if matcher.as_mut().is_some_and(|m| !m.matches(data, wirelen, ts)) {
+            return true;
+        }
+        matched += 1;
+        if let Some(w) = out.as_mut()
+            && let Err(e) = w.write_packet(ts, wirelen, data)
+        {
+            failure = Some(anyhow::Error::from(e).context("cannot write the output"));
+            return false;
+        }
+        matched < limit
+    };
+    let result = match flow {
+        Some(id) => store
+            .flow(id, &mut |_, ts, wl, d| {
+                each(ts, wl, d);
+            })
+            .map(|found| (found, None)),
+        None => store.query(&need, &mut |_, ts, wl, d| each(ts, wl, d)).map(|st| (true, Some(st))),
+    };
+    let finish = |out: Option<PcapWriter<Box<dyn Write>>>| -> anyhow::Result<()> {
+        if let Some(w) = out {
+            w.finish().context("cannot write the output")?.flush().context("cannot write the output")?;
+        }
+        Ok(())
+    };
+    let outcome = result.map_err(anyhow::Error::from).and_then(|r| match failure.take() {
+        Some(e) => Err(e),
+        None => Ok(r),
+    });
+    let (found, _stats) = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            drop(out);
+            if let Some(w) = write
+                && !to_stdout
+            {
+                let _ = std::fs::remove_file(w);
+            }
+            return Err(e);
+        }
+    };
+    finish(out)?;
+    if !found {
+        if let Some(w) = write
+            && !to_stdout
+        {
+            let _ = std::fs::remove_file(w);
+        }
+        bail!(
+            "the store {} has no flow {}: `pcaptool flows {}` lists them",
+            dir.display(),
+            flow.unwrap_or(0),
+            dir.display()
+        );
+    }
+    if count {
+        if to_stdout { eprintln!("{matched}") } else { println!("{matched}") }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `pcaptool flows`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct FlowsArgs {
+    /// The store directory.
+    store: PathBuf,
+    /// Only the flows that may hold a packet this tcpdump filter matches (by their addresses, ports, protocol,
+    /// VLAN and time).
+    filter: Vec<String>,
+    /// One JSON object per flow, one per line.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn flows(args: FlowsArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store(&args.store)?;
+    let need = if args.filter.is_empty() {
+        Need::All
+    } else {
+        let f = Filter::new(&args.filter.join(" ")).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?;
+        necessary(&f)
+    };
+    let flows = store.flows(&need)?;
+    let stdout = io::stdout();
+    let mut o = BufWriter::new(stdout.lock());
+    if !args.json {
+        writeln!(
+            o,
+            "id\tts\tduration\torig_h\torig_p\tresp_h\tresp_p\tproto\tvlan\tconn_state\torig_pkts\torig_bytes\tresp_pkts\tresp_bytes\torig_payload\tresp_payload"
+        )?;
+    }
+    for f in &flows {
+        write_flow(&mut o, f, args.json)?;
+    }
+    o.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_flow(o: &mut dyn Write, f: &Flow, json: bool) -> io::Result<()> {
+    let (oh, op) = f.orig_endpoint();
+    let (rh, rp) = f.resp_endpoint();
+    let ts = format!("{}.{:09}", f.first_ns / 1_000_000_000, f.first_ns % 1_000_000_000);
+    let dur = f.last_ns.saturating_sub(f.first_ns);
+    let dur = format!("{}.{:09}", dur / 1_000_000_000, dur % 1_000_000_000);
+    if json {
+        writeln!(
+            o,
+            "{}",
+            serde_json::json!({
+                "id": f.id, "ts": ts, "duration": dur, "orig_h": oh.to_string(), "orig_p": op,
+                "resp_h": rh.to_string(), "resp_p": rp, "proto": f.key.proto.0, "vlan": f.key.vlan,
+                "conn_state": f.state.name(), "orig_pkts": f.orig.packets, "orig_bytes": f.orig.bytes,
+                "resp_pkts": f.resp.packets, "resp_bytes": f.resp.bytes, "orig_payload": f.orig.payload,
+                "resp_payload": f.resp.payload, "orig_flags": f.orig.flags, "resp_flags": f.resp.flags,
+            })
+        )
+    } else {
+        writeln!(
+            o,
+            "{}\t{ts}\t{dur}\t{oh}\t{op}\t{rh}\t{rp}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            f.id,
+            f.key.proto.0,
+            f.key.vlan,
+            f.state.name(),
+            f.orig.packets,
+            f.orig.bytes,
+            f.resp.packets,
+            f.resp.bytes,
+            f.orig.payload,
+            f.resp.payload
+        )
+    }
+}
+
+/// `pcaptool info DIR`: the store's segments, time span, packets, bytes, flows and index size.
+pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let store = open_store(dir)?;
+    let segs = store.segments();
+    let packets: u64 = segs.iter().map(|s| s.stage1.packets).sum();
+    let bytes: u64 = segs.iter().map(|s| s.stage1.bytes).sum();
+    let flows = store.flows(&Need::All)?.len();
+    let index: u64 = segs.iter().map(|s| std::fs::metadata(&s.index).map(|m| m.len()).unwrap_or(0)).sum();
+    let t_min = segs.iter().filter(|s| s.stage1.packets > 0).map(|s| s.stage1.t_min).min();
+    let t_max = segs.iter().map(|s| s.stage1.t_max).max();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "store": dir, "segments": segs.len(), "packets": packets, "data_bytes": bytes, "flows": flows,
+                "index_bytes": index, "first_ns": t_min, "last_ns": t_max,
+                "linktype": store.meta().map(|m| m.linktype.0),
+            })
+        );
+    } else {
+        println!("store:        {}", dir.display());
+        println!("segments:     {}", segs.len());
+        println!("packets:      {packets}");
+        println!("data bytes:   {bytes}");
+        println!("flows:        {flows}");
+        println!("index bytes:  {index} ({:.3}% of the data)", 100.0 * index as f64 / bytes.max(1) as f64);
+        if let (Some(a), Some(b)) = (t_min, t_max) {
+            println!("time span:    {} .. {}", pcaptool_packet::Rfc3339(a), pcaptool_packet::Rfc3339(b));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,950 @@
+//! Segments: a pcap data file whose packets stand together flow by flow, and its index (docs/format/segment.md).
+//!
+//! The writer keeps a segment's packets in memory up to its bound, then writes the data grouped by flow (each
+//! flow's packets in their original order), the index, syncs both and renames them into place: the index first,
+//! the data last, so a segment is visible exactly when both are complete.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use pcaptool_packet::{Field, FieldValue, FlowKey, IpProto, LinkType, Need, PacketFields, Pred, TsPrecision};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::bloom::Bloom;
+use crate::error::StoreError;
+use crate::flow::{ConnState, Flow, Side};
+
+/// First bytes of a segment index.
+pub const MAGIC: [u8; 4] = *b"PTSG";
+/// Format version of segment indexes.
+pub const VERSION: u16 = 1;
+/// False-positive rate the Bloom filters are sized for.
+pub const BLOOM_FPR: f64 = 0.01;
+const HEADER_LEN: usize = 24;
+/// Bytes of a flow entry in stage 2.
+const FLOW_ENTRY: usize = 152;
+
+/// What the packets of a store are: every segment records it, and imports must agree.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StoreMeta {
+    /// Link type of every packet.
+    pub linktype: LinkType,
+    /// Snapshot length of the source.
+    pub snaplen: u32,
+    /// Timestamp precision of the source (query output is written with it, as tcpdump would).
+    pub precision: TsPrecision,
+}
+
+/// One packet handed to a [`SegmentWriter`].
+#[derive(Clone, Copy, Debug)]
+pub struct PacketIn<'a> {
+    /// Its position in the store's original order.
+    pub seq: u64,
+    /// Timestamp, ns.
+    pub ts_ns: u64,
+    /// Length on the wire.
+    pub wirelen: u32,
+    /// Captured bytes.
+    pub data: &'a [u8],
+    /// Its flow: id, key, whether the originator is the key's `lo` side, and the flow's state now.
+    pub flow: Option<(u64, FlowKey, bool, ConnState)>,
+    /// Whether it went from the originator.
+    pub from_orig: bool,
+    /// Transport payload bytes.
+    pub payload: u32,
+    /// TCP flags.
+    pub flags: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    slot: u32,
+    seq: u64,
+    ts_ns: u64,
+    wirelen: u32,
+    at: usize,
+    len: u32,
+}
+
+/// The flows of a segment: per slot its flow (slot 0: packets of no flow).
+#[derive(Debug)]
+struct SlotFlow {
+    flow: Flow,
+    /// 1 a flow, 0 the packets of no flow.
+    kind: u8,
+}
+
+/// Accumulates a segment's packets and writes it when closed.
+#[derive(Debug)]
+pub struct SegmentWriter {
+    meta: StoreMeta,
+    buf: Vec<u8>,
+    packets: Vec<Pending>,
+    slots: Vec<SlotFlow>,
+    slot_of: FxHashMap<u64, u32>,
+    addrs: FxHashSet<[u8; 17]>,
+    ports: FxHashSet<u16>,
+    /// Some packet's address or port fields are unknown (cut, or a link type whose fields are not read).
+    unknown_fields: bool,
+}
+
+fn addr_key(a: IpAddr) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    match a {
+        IpAddr::V4(v) => {
+            k[0] = 4;
+            k[1..5].copy_from_slice(&v.octets());
+        }
+        IpAddr::V6(v) => {
+            k[0] = 6;
+            k[1..17].copy_from_slice(&v.octets());
+        }
+    }
+    k
+}
+
+fn v4_key(v: u128) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = 4;
+    k[1..5].copy_from_slice(&(v as u32).to_be_bytes());
+    k
+}
+
+fn v6_key(v: u128) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = 6;
+    k[1..17].copy_from_slice(&v.to_be_bytes());
+    k
+}
+
+/// The bytes a Bloom filter holds for an address key: 4 for IPv4, 16 for IPv6.
+fn bloom_bytes(k: &[u8; 17]) -> &[u8] {
+    if k[0] == 4 { &k[1..5] } else { &k[1..17] }
+}
+
+fn no_flow() -> Flow {
+    let zero = IpAddr::from([0u8; 4]);
+    Flow {
+        id: u64::MAX,
+        key: FlowKey { lo_addr: zero, hi_addr: zero, lo_port: 0, hi_port: 0, proto: IpProto(0), vlan: 0 },
+        orig_is_lo: true,
+        first_ns: u64::MAX,
+        last_ns: 0,
+        orig: Side::default(),
+        resp: Side::default(),
+        state: ConnState::Oth,
+    }
+}
+
+impl SegmentWriter {
+    /// An empty segment of packets described by `meta`.
+    pub fn new(meta: StoreMeta) -> SegmentWriter {
+        SegmentWriter {
+            meta,
+            buf: Vec::new(),
+            packets: Vec::new(),
+            slots: vec![SlotFlow { flow: no_flow(), kind: 0 }],
+            slot_of: FxHashMap::default(),
+            addrs: FxHashSet::default(),
+            ports: FxHashSet::default(),
+            unknown_fields: false,
+        }
+    }
+
+    /// Packets held.
+    pub fn packets(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// Bytes the data file will have.
+    pub fn data_bytes(&self) -> u64 {
+        24 + self.buf.len() as u64 + 16 * self.packets.len() as u64
+    }
+
+    /// Adds a packet.
+    pub fn push(&mut self, p: &PacketIn<'_>) {
+        let slot = match p.flow {
+            None => 0,
+            Some((id, key, orig_is_lo, _)) => *self.slot_of.entry(id).or_insert_with(|| {
+                self.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1 });
+                self.addrs.insert(addr_key(key.lo_addr));
+                self.addrs.insert(addr_key(key.hi_addr));
+                self.ports.insert(key.lo_port);
+                self.ports.insert(key.hi_port);
+                (self.slots.len() - 1) as u32
+            }),
+        };
+        let f = &mut self.slots[slot as usize].flow;
+        f.first_ns = f.first_ns.min(p.ts_ns);
+        f.last_ns = f.last_ns.max(p.ts_ns);
+        if let Some((.., state)) = p.flow {
+            f.state = state;
+        }
+        let side = if p.from_orig { &mut f.orig } else { &mut f.resp };
+        side.packets += 1;
+        side.bytes += u64::from(p.wirelen);
+        side.payload += u64::from(p.payload);
+        side.flags |= p.flags;
+        // Every address and port value a filter could test on this packet, as the filter reads it, so that
+        // stage 1 never rules out a segment holding a match.
+        let fields = PacketFields::new(self.meta.linktype, p.data, p.wirelen, p.ts_ns);
+        for (field, key) in [
+            (Field::Ip4Src, v4_key as fn(u128) -> [u8; 17]),
+            (Field::Ip4Dst, v4_key),
+            (Field::ArpSpa, v4_key),
+            (Field::ArpTpa, v4_key),
+            (Field::Ip6Src, v6_key),
+            (Field::Ip6Dst, v6_key),
+        ] {
+            match fields.get(field) {
+                FieldValue::Value(v) => {
+                    self.addrs.insert(key(v));
+                }
+                FieldValue::Unknown => self.unknown_fields = true,
+                FieldValue::Missing => {}
+            }
+        }
+        for field in [Field::SrcPort, Field::DstPort] {
+            match fields.get(field) {
+                FieldValue::Value(v) => {
+                    self.ports.insert(v as u16);
+                }
+                FieldValue::Unknown => self.unknown_fields = true,
+                FieldValue::Missing => {}
+            }
+        }
+        self.packets.push(Pending {
+            slot,
+            seq: p.seq,
+            ts_ns: p.ts_ns,
+            wirelen: p.wirelen,
+            at: self.buf.len(),
+            len: p.data.len() as u32,
+        });
+        self.buf.extend_from_slice(p.data);
+    }
+
+    /// Writes the segment as `seg-NUMBER` in `dir` (see the module documentation); returns its stage 1.
+    pub fn close(self, dir: &Path, number: u32) -> Result<Stage1, StoreError> {
+        let (data_path, index_path) = segment_paths(dir, number);
+        let tmp = |p: &Path| {
+            let mut s = p.as_os_str().to_owned();
+            s.push(".tmp");
+            PathBuf::from(s)
+        };
+        let (data_tmp, index_tmp) = (tmp(&data_path), tmp(&index_path));
+        let result = self.write(&data_tmp, &index_tmp, number);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&data_tmp);
+            let _ = std::fs::remove_file(&index_tmp);
+        }
+        let stage1 = result?;
+        std::fs::rename(&index_tmp, &index_path).map_err(|e| StoreError::io(&index_path, e))?;
+        std::fs::rename(&data_tmp, &data_path).map_err(|e| StoreError::io(&data_path, e))?;
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(stage1)
+    }
+
+    fn write(mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
+        // Packets by flow, each flow's in original order (they arrived in it).
+        let mut order: Vec<u32> = (0..self.packets.len() as u32).collect();
+        order.sort_by_key(|&i| self.packets[i as usize].slot);
+        let file = File::create(data_tmp).map_err(|e| StoreError::io(data_tmp, e))?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let io = |e| StoreError::io(data_tmp, e);
+        let mut h = [0u8; 24];
+        h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        h[4..6].copy_from_slice(&2u16.to_le_bytes());
+        h[6..8].copy_from_slice(&4u16.to_le_bytes());
+        h[16..20].copy_from_slice(&self.meta.snaplen.to_le_bytes());
+        h[20..24].copy_from_slice(&self.meta.linktype.0.to_le_bytes());
+        w.write_all(&h).map_err(io)?;
+        let mut at = 24u64;
+        let nslots = self.slots.len();
+        let mut spans = vec![(0u64, 0u64, 0u32, 0u64); nslots]; // data offset, data len, packets, positions offset
+        let mut positions = Vec::new();
+        let mut last_seq = vec![0u64; nslots];
+        for &i in &order {
+            let p = self.packets[i as usize];
+            let s = p.slot as usize;
+            if spans[s].2 == 0 {
+                spans[s].0 = at;
+                spans[s].3 = positions.len() as u64;
+                put_varint(&mut positions, p.seq);
+            } else {
+                put_varint(&mut positions, p.seq - last_seq[s]);
+            }
+            last_seq[s] = p.seq;
+            let mut rh = [0u8; 16];
+            rh[0..4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
+            rh[4..8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
+            rh[8..12].copy_from_slice(&p.len.to_le_bytes());
+            rh[12..16].copy_from_slice(&p.wirelen.to_le_bytes());
+            w.write_all(&rh).map_err(io)?;
+            w.write_all(&self.buf[p.at..p.at + p.len as usize]).map_err(io)?;
+            let rec = 16 + u64::from(p.len);
+            spans[s].1 += rec;
+            spans[s].2 += 1;
+            at += rec;
+        }
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        self.buf = Vec::new();
+
+        // Stage 1: what rules the segment out without reading further.
+        let mut addr_bloom = Bloom::with_rate(self.addrs.len(), BLOOM_FPR);
+        for a in &self.addrs {
+            addr_bloom.insert(bloom_bytes(a));
+        }
+        let mut port_bloom = Bloom::with_rate(self.ports.len(), BLOOM_FPR);
+        for p in &self.ports {
+            port_bloom.insert(&p.to_be_bytes());
+        }
+        let ids = self.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
+        let stage1 = Stage1 {
+            number,
+            meta: self.meta,
+            packets: self.packets.len() as u64,
+            bytes: at,
+            flows: (nslots - 1) as u32,
+            t_min: self.packets.iter().map(|p| p.ts_ns).min().unwrap_or(0),
+            t_max: self.packets.iter().map(|p| p.ts_ns).max().unwrap_or(0),
+            seq_min: self.packets.first().map_or(0, |p| p.seq),
+            seq_max: self.packets.last().map_or(0, |p| p.seq),
+            flow_min: ids.clone().min().unwrap_or(u64::MAX),
+            flow_max: ids.max().unwrap_or(0),
+            unknown_fields: self.unknown_fields,
+            addr_bloom,
+            port_bloom,
+            stage2_len: 0,
+            positions_len: 0,
+        };
+
+        // Stage 2: the flow table and sorted arrays of addresses and ports.
+        let mut s2 = Vec::with_capacity(nslots * FLOW_ENTRY);
+        for (slot, sf) in self.slots.iter().enumerate() {
+            let f = &sf.flow;
+            let (data_offset, data_len, packets, pos) = spans[slot];
+            s2.extend_from_slice(&f.id.to_le_bytes());
+            s2.extend_from_slice(&addr_key(f.key.lo_addr));
+            s2.extend_from_slice(&addr_key(f.key.hi_addr));
+            s2.extend_from_slice(&f.key.lo_port.to_le_bytes());
+            s2.extend_from_slice(&f.key.hi_port.to_le_bytes());
+            s2.extend_from_slice(&f.key.vlan.to_le_bytes());
+            s2.push(f.key.proto.0);
+            s2.push(sf.kind);
+            s2.push(u8::from(f.orig_is_lo));
+            s2.push(f.state as u8);
+            s2.push(f.orig.flags);
+            s2.push(f.resp.flags);
+            for v in [f.first_ns, f.last_ns, f.orig.packets, f.orig.bytes, f.orig.payload, f.resp.packets] {
+                s2.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in [f.resp.bytes, f.resp.payload, data_offset, data_len, pos] {
+                s2.extend_from_slice(&v.to_le_bytes());
+            }
+            s2.extend_from_slice(&packets.to_le_bytes());
+            s2.extend_from_slice(&[0u8; 4]);
+            debug_assert_eq!(s2.len() % FLOW_ENTRY, 0);
+        }
+        let mut addr_index: Vec<([u8; 17], u32)> = Vec::with_capacity(2 * nslots);
+        let mut port_index: Vec<(u16, u32)> = Vec::with_capacity(2 * nslots);
+        for (slot, sf) in self.slots.iter().enumerate().skip(1) {
+            let k = &sf.flow.key;
+            addr_index.push((addr_key(k.lo_addr), slot as u32));
+            if k.hi_addr != k.lo_addr {
+                addr_index.push((addr_key(k.hi_addr), slot as u32));
+            }
+            port_index.push((k.lo_port, slot as u32));
+            if k.hi_port != k.lo_port {
+                port_index.push((k.hi_port, slot as u32));
+            }
+        }
+        addr_index.sort_unstable();
+        port_index.sort_unstable();
+        s2.extend_from_slice(&(addr_index.len() as u32).to_le_bytes());
+        s2.extend_from_slice(&(port_index.len() as u32).to_le_bytes());
+        for (a, s) in &addr_index {
+            s2.extend_from_slice(a);
+            s2.extend_from_slice(&s.to_le_bytes());
+        }
+        for (p, s) in &port_index {
+            s2.extend_from_slice(&p.to_le_bytes());
+            s2.extend_from_slice(&s.to_le_bytes());
+        }
+        seal(&mut s2);
+        seal(&mut positions);
+        let mut stage1 = stage1;
+        stage1.stage2_len = s2.len() as u64;
+        stage1.positions_len = positions.len() as u64;
+        let mut s1 = stage1.encode();
+        seal(&mut s1);
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&VERSION.to_le_bytes());
+        header.extend_from_slice(&0u16.to_le_bytes());
+        header.extend_from_slice(&(s1.len() as u32).to_le_bytes());
+        header.extend_from_slice(&[0u8; 8]);
+        let crc = crc32fast::hash(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        let file = File::create(index_tmp).map_err(|e| StoreError::io(index_tmp, e))?;
+        let mut w = BufWriter::new(file);
+        let io = |e| StoreError::io(index_tmp, e);
+        for part in [&header, &s1, &s2, &positions] {
+            w.write_all(part).map_err(io)?;
+        }
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        Ok(stage1)
+    }
+}
+
+/// The data and index paths of segment `number` in `dir`.
+pub fn segment_paths(dir: &Path, number: u32) -> (PathBuf, PathBuf) {
+    (dir.join(format!("seg-{number:06}.pcap")), dir.join(format!("seg-{number:06}.ptsx")))
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let x = *b.get(*at)?;
+        *at += 1;
+        v |= u64::from(x & 0x7f) << shift;
+        if x & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Appends the CRC-32 of `b` to it.
+fn seal(b: &mut Vec<u8>) {
+    let crc = crc32fast::hash(b);
+    b.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks the CRC-32 `b` ends with; returns the bytes before it.
+fn unseal<'a>(b: &'a [u8], path: &Path, offset: u64, what: &str) -> Result<&'a [u8], StoreError> {
+    let corrupt = |why: String| StoreError::Corrupt { path: path.to_path_buf(), offset, why };
+    if b.len() < 4 {
+        return Err(corrupt(format!("{what}: {} bytes, too short", b.len())));
+    }
+    let (body, crc) = b.split_at(b.len() - 4);
+    if crc32fast::hash(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+        return Err(corrupt(format!("{what} checksum mismatch")));
+    }
+    Ok(body)
+}
+
+/// A bounds-checked little-endian reader.
+struct Rd<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Rd<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or("truncated")?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        let s = self.take(2)?;
+        Ok(u16::from_le_bytes([s[0], s[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        let s = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn addr(&mut self) -> Result<[u8; 17], String> {
+        let mut a = [0u8; 17];
+        a.copy_from_slice(self.take(17)?);
+        if a[0] != 4 && a[0] != 6 {
+            return Err(format!("address family {}", a[0]));
+        }
+        Ok(a)
+    }
+}
+
+fn ip_of(k: &[u8; 17]) -> IpAddr {
+    if k[0] == 4 {
+        IpAddr::from([k[1], k[2], k[3], k[4]])
+    } else {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&k[1..17]);
+        IpAddr::from(a)
+    }
+}
+
+/// A segment's first stage: kept in memory for every segment of a store.
+#[derive(Clone, Debug)]
+pub struct Stage1 {
+    /// The segment's number.
+    pub number: u32,
+    /// What its packets are.
+    pub meta: StoreMeta,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes of the data file.
+    pub bytes: u64,
+    /// Flows (parts of flows: a flow spans segments).
+    pub flows: u32,
+    /// Earliest and latest timestamp.
+    pub t_min: u64,
+    /// See `t_min`.
+    pub t_max: u64,
+    /// First and last position in the store's original order.
+    pub seq_min: u64,
+    /// See `seq_min`.
+    pub seq_max: u64,
+    /// Smallest and largest flow id.
+    pub flow_min: u64,
+    /// See `flow_min`.
+    pub flow_max: u64,
+    /// Whether some packet's address or port fields are unknown to the Bloom filters.
+    pub unknown_fields: bool,
+    addr_bloom: Bloom,
+    port_bloom: Bloom,
+    stage2_len: u64,
+    positions_len: u64,
+}
+
+fn precision_code(p: TsPrecision) -> u8 {
+    match p {
+        TsPrecision::Micro => 0,
+        TsPrecision::Nano => 1,
+    }
+}
+
+impl Stage1 {
+    fn encode(&self) -> Vec<u8> {
+        let mut o = Vec::new();
+        o.extend_from_slice(&self.number.to_le_bytes());
+        o.extend_from_slice(&self.meta.linktype.0.to_le_bytes());
+        o.extend_from_slice(&self.meta.snaplen.to_le_bytes());
+        o.push(precision_code(self.meta.precision));
+        o.push(u8::from(self.unknown_fields));
+        o.extend_from_slice(&[0u8; 2]);
+        for v in [self.packets, self.bytes, u64::from(self.flows), self.t_min, self.t_max, self.seq_min, self.seq_max] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.flow_min, self.flow_max, self.stage2_len, self.positions_len] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        for b in [&self.addr_bloom, &self.port_bloom] {
+            o.extend_from_slice(&b.k().to_le_bytes());
+            o.extend_from_slice(&(b.words().len() as u32).to_le_bytes());
+            for w in b.words() {
+                o.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        o
+    }
+
+    fn decode(b: &[u8]) -> Result<Stage1, String> {
+        let mut r = Rd { b, at: 0 };
+        let number = r.u32()?;
+        let linktype = LinkType(r.u32()?);
+        let snaplen = r.u32()?;
+        let precision = match r.u8()? {
+            0 => TsPrecision::Micro,
+            1 => TsPrecision::Nano,
+            p => return Err(format!("precision code {p}")),
+        };
+        let unknown_fields = r.u8()? != 0;
+        r.take(2)?;
+        let packets = r.u64()?;
+        let bytes = r.u64()?;
+        let flows = u32::try_from(r.u64()?).map_err(|_| "flow count")?;
+        let (t_min, t_max, seq_min, seq_max) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let (flow_min, flow_max, stage2_len, positions_len) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let bloom = |r: &mut Rd<'_>| -> Result<Bloom, String> {
+            let k = r.u32()?;
+            let n = r.u32()? as usize;
+            let words = r.take(n.checked_mul(8).ok_or("bloom size")?)?;
+            let bits = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+            Bloom::from_parts(k, bits).ok_or_else(|| "a Bloom filter without bits or probes".to_string())
+        };
+        let addr_bloom = bloom(&mut r)?;
+        let port_bloom = bloom(&mut r)?;
+        if r.at != b.len() {
+            return Err("bytes after stage 1".into());
+        }
+        Ok(Stage1 {
+            number,
+            meta: StoreMeta { linktype, snaplen, precision },
+            packets,
+            bytes,
+            flows,
+            t_min,
+            t_max,
+            seq_min,
+            seq_max,
+            flow_min,
+            flow_max,
+            unknown_fields,
+            addr_bloom,
+            port_bloom,
+            stage2_len,
+            positions_len,
+        })
+    }
+
+    /// Bytes of the index beyond stage 1 (flow table, sorted arrays, positions).
+    pub fn stage2_bytes(&self) -> u64 {
+        self.stage2_len + self.positions_len
+    }
+
+    /// Whether the segment may hold a packet satisfying `need` (false only when it cannot).
+    pub fn may_match(&self, need: &Need) -> bool {
+        need_may(need, &|p| self.pred_may(p))
+    }
+
+    fn pred_may(&self, p: &Pred) -> bool {
+        let exact = p.mask == u128::MAX && p.lo == p.hi;
+        match p.field {
+            Field::Time => p.mask != u128::MAX || (p.lo <= u128::from(self.t_max) && u128::from(self.t_min) <= p.hi),
+            _ if self.unknown_fields => true,
+            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if exact => {
+                self.addr_bloom.may_contain(&(p.lo as u32).to_be_bytes())
+            }
+            Field::Ip6Src | Field::Ip6Dst if exact => self.addr_bloom.may_contain(&p.lo.to_be_bytes()),
+            Field::SrcPort | Field::DstPort if p.mask == u128::MAX && p.hi.saturating_sub(p.lo) < 16 => {
+                (p.lo..=p.hi.min(0xffff)).any(|v| self.port_bloom.may_contain(&(v as u16).to_be_bytes()))
+            }
+            _ => true,
+        }
+    }
+}
+
+/// `need` evaluated with `pred` deciding each predicate (a superset: `All` and unknown fields may match).
+fn need_may(need: &Need, pred: &dyn Fn(&Pred) -> bool) -> bool {
+    match need {
+        Need::All => true,
+        Need::Pred(p) => pred(p),
+        Need::And(v) => v.iter().all(|n| need_may(n, pred)),
+        Need::Or(v) => v.iter().any(|n| need_may(n, pred)),
+    }
+}
+
+/// A flow of a segment as its index describes it.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowEntry {
+    /// The flow's record for its packets in this segment (`id` `u64::MAX`: the packets of no flow).
+    pub flow: Flow,
+    /// Where its packets are in the data file, and how many.
+    pub data_offset: u64,
+    /// See `data_offset`.
+    pub data_len: u64,
+    /// See `data_offset`.
+    pub packets: u32,
+    positions_at: u64,
+}
+
+impl FlowEntry {
+    /// Whether these are the packets of no flow (ARP and other traffic without an IP header).
+    pub fn is_no_flow(&self) -> bool {
+        self.flow.id == u64::MAX
+    }
+
+    /// Whether the flow may hold a packet satisfying `need` (the packets of no flow always may).
+    pub fn may_match(&self, need: &Need) -> bool {
+        self.is_no_flow() || need_may(need, &|p| flow_pred_may(&self.flow, p))
+    }
+}
+
+fn flow_pred_may(f: &Flow, p: &Pred) -> bool {
+    let k = &f.key;
+    let addr = |a: IpAddr| match a {
+        IpAddr::V4(v) => (4u8, u128::from(u32::from(v))),
+        IpAddr::V6(v) => (6u8, u128::from(v)),
+    };
+    let either = |fam: u8| [k.lo_addr, k.hi_addr].into_iter().map(addr).any(|(f, v)| f == fam && p.holds(v));
+    match p.field {
+        Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => either(4),
+        Field::Ip6Src | Field::Ip6Dst => either(6),
+        Field::SrcPort | Field::DstPort => p.holds(u128::from(k.lo_port)) || p.holds(u128::from(k.hi_port)),
+        Field::IpProto => p.holds(u128::from(k.proto.0)),
+        Field::VlanId => k.vlan == 0 || p.holds(u128::from(k.vlan)),
+        Field::Time => p.mask != u128::MAX || (p.lo <= u128::from(f.last_ns) && u128::from(f.first_ns) <= p.hi),
+        _ => true,
+    }
+}
+
+/// A segment's second stage: its flow table and sorted arrays, read when stage 1 lets it through.
+#[derive(Debug)]
+pub struct Stage2 {
+    /// The flows, slot 0 the packets of no flow.
+    pub flows: Vec<FlowEntry>,
+    addrs: Vec<([u8; 17], u32)>,
+    ports: Vec<(u16, u32)>,
+    positions: Vec<u8>,
+}
+
+impl Stage2 {
+    /// The flows that may hold a packet satisfying `need`: exact addresses and ports found by binary search in
+    /// the sorted arrays, then each candidate checked against the whole condition.
+    pub fn candidates(&self, need: &Need) -> Vec<usize> {
+        let mut slots: Vec<usize> = match self.lookup(need) {
+            Some(mut v) => {
+                v.push(0);
+                v.sort_unstable();
+                v.dedup();
+                v
+            }
+            None => (0..self.flows.len()).collect(),
+        };
+        slots.retain(|&s| self.flows[s].may_match(need));
+        slots
+    }
+
+    /// The flows an exact address or port condition allows (`None`: the arrays cannot narrow it).
+    fn lookup(&self, need: &Need) -> Option<Vec<usize>> {
+        match need {
+            Need::Pred(p) if p.mask == u128::MAX && p.lo == p.hi => {
+                let key = match p.field {
+                    Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => v4_key(p.lo),
+                    Field::Ip6Src | Field::Ip6Dst => v6_key(p.lo),
+                    Field::SrcPort | Field::DstPort => {
+                        let port = u16::try_from(p.lo).ok()?;
+                        let from = self.ports.partition_point(|e| e.0 < port);
+                        return Some(
+                            self.ports[from..].iter().take_while(|e| e.0 == port).map(|e| e.1 as usize).collect(),
+                        );
+                    }
+                    _ => return None,
+                };
+                let from = self.addrs.partition_point(|e| e.0 < key);
+                Some(self.addrs[from..].iter().take_while(|e| e.0 == key).map(|e| e.1 as usize).collect())
+            }
+            Need::And(v) => {
+                let sets: Vec<Vec<usize>> = v.iter().filter_map(|n| self.lookup(n)).collect();
+                sets.into_iter().min_by_key(Vec::len)
+            }
+            Need::Or(v) => {
+                let mut all = Vec::new();
+                for n in v {
+                    all.extend(self.lookup(n)?);
+                }
+                Some(all)
+            }
+            _ => None,
+        }
+    }
+
+    /// The original-order positions of flow `slot`'s packets, in its data order.
+    pub fn positions(&self, slot: usize) -> Result<Vec<u64>, String> {
+        let e = &self.flows[slot];
+        let mut at = usize::try_from(e.positions_at).map_err(|_| "positions offset")?;
+        let mut out = Vec::with_capacity(e.packets as usize);
+        let mut last = 0u64;
+        for i in 0..e.packets {
+            let v = get_varint(&self.positions, &mut at).ok_or("positions truncated")?;
+            last = if i == 0 { v } else { last.checked_add(v).ok_or("position overflows")? };
+            out.push(last);
+        }
+        Ok(out)
+    }
+}
+
+/// A segment of a store: its files and its stage 1.
+#[derive(Debug)]
+pub struct Segment {
+    /// Its data file.
+    pub data: PathBuf,
+    /// Its index file.
+    pub index: PathBuf,
+    /// Its first stage.
+    pub stage1: Stage1,
+}
+
+impl Segment {
+    /// Reads the header and stage 1 of the index at `index` (its data at `data`).
+    pub fn open(data: PathBuf, index: PathBuf) -> Result<Segment, StoreError> {
+        let f = File::open(&index).map_err(|e| StoreError::io(&index, e))?;
+        let corrupt = |offset: u64, why: String| StoreError::Corrupt { path: index.clone(), offset, why };
+        let mut h = [0u8; HEADER_LEN];
+        f.read_exact_at(&mut h, 0).map_err(|_| corrupt(0, "shorter than its header".into()))?;
+        if h[0..4] != MAGIC {
+            return Err(corrupt(0, "no PTSG magic".into()));
+        }
+        let version = u16::from_le_bytes([h[4], h[5]]);
+        if version != VERSION {
+            return Err(corrupt(4, format!("format version {version}, this pcaptool reads {VERSION}")));
+        }
+        if crc32fast::hash(&h[..20]) != u32::from_le_bytes([h[20], h[21], h[22], h[23]]) {
+            return Err(corrupt(0, "header checksum mismatch".into()));
+        }
+        let s1_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        let mut s1 = vec![0u8; s1_len];
+        f.read_exact_at(&mut s1, HEADER_LEN as u64)
+            .map_err(|_| corrupt(HEADER_LEN as u64, "stage 1 truncated".into()))?;
+        let body = unseal(&s1, &index, HEADER_LEN as u64, "stage 1")?;
+        let stage1 = Stage1::decode(body).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
+        let want = HEADER_LEN as u64 + s1_len as u64 + stage1.stage2_len + stage1.positions_len;
+        let have = f.metadata().map_err(|e| StoreError::io(&index, e))?.len();
+        if have != want {
+            return Err(corrupt(have.min(want), format!("{have} bytes, its stages say {want}")));
+        }
+        Ok(Segment { data, index, stage1 })
+    }
+
+    /// Reads stage 2 (the flow table, sorted arrays and positions), checking its checksums and structure.
+    pub fn stage2(&self) -> Result<Stage2, StoreError> {
+        let f = File::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
+        let s1_len = {
+            let mut h = [0u8; HEADER_LEN];
+            f.read_exact_at(&mut h, 0).map_err(|e| StoreError::io(&self.index, e))?;
+            u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as u64
+        };
+        let at2 = HEADER_LEN as u64 + s1_len;
+        let len2 = usize::try_from(self.stage1.stage2_len).map_err(|_| self.corrupt(at2, "stage 2 size"))?;
+        let lenp = usize::try_from(self.stage1.positions_len).map_err(|_| self.corrupt(at2, "positions size"))?;
+        let mut b = vec![0u8; len2 + lenp];
+        f.read_exact_at(&mut b, at2).map_err(|e| StoreError::io(&self.index, e))?;
+        let (b2, bp) = b.split_at(len2);
+        let s2 = unseal(b2, &self.index, at2, "stage 2")?;
+        let positions = unseal(bp, &self.index, at2 + len2 as u64, "positions")?.to_vec();
+        let parse = || -> Result<Stage2, String> {
+            let nflows = self.stage1.flows as usize + 1;
+            let mut r = Rd { b: s2, at: 0 };
+            let mut flows = Vec::with_capacity(nflows);
+            let mut next_data = 24u64;
+            let mut packets = 0u64;
+            for slot in 0..nflows {
+                let id = r.u64()?;
+                let (lo, hi) = (r.addr()?, r.addr()?);
+                let (lo_port, hi_port, vlan) = (r.u16()?, r.u16()?, r.u16()?);
+                let proto = r.u8()?;
+                let kind = r.u8()?;
+                let orig_is_lo = r.u8()? != 0;
+                let state = ConnState::from_code(r.u8()?).ok_or("connection state code")?;
+                let (of, rf) = (r.u8()?, r.u8()?);
+                let (first_ns, last_ns, op, ob, opl, rp) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let (rb, rpl, data_offset, data_len, positions_at) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let n = r.u32()?;
+                r.take(4)?;
+                if (kind == 0) != (slot == 0) || kind > 1 {
+                    return Err(format!("flow entry {slot}: kind {kind}"));
+                }
+                if n > 0 && data_offset != next_data {
+                    return Err(format!("flow entry {slot}: its packets are not where the previous flow's end"));
+                }
+                next_data += data_len;
+                packets += u64::from(n);
+                let key =
+                    FlowKey { lo_addr: ip_of(&lo), hi_addr: ip_of(&hi), lo_port, hi_port, proto: IpProto(proto), vlan };
+                let side = |packets, bytes, payload, flags| Side { packets, bytes, payload, flags };
+                flows.push(FlowEntry {
+                    flow: Flow {
+                        id,
+                        key,
+                        orig_is_lo,
+                        first_ns,
+                        last_ns,
+                        orig: side(op, ob, opl, of),
+                        resp: side(rp, rb, rpl, rf),
+                        state,
+                    },
+                    data_offset,
+                    data_len,
+                    packets: n,
+                    positions_at,
+                });
+            }
+            if next_data != self.stage1.bytes || packets != self.stage1.packets {
+                return Err("the flows do not tile the data file".into());
+            }
+            let (na, np) = (r.u32()? as usize, r.u32()? as usize);
+            let mut addrs = Vec::with_capacity(na.min(4 * nflows));
+            for _ in 0..na {
+                let a = r.addr()?;
+                let s = r.u32()?;
+                if s as usize >= nflows {
+                    return Err(format!("address array names flow {s}"));
+                }
+                addrs.push((a, s));
+            }
+            let mut ports = Vec::with_capacity(np.min(4 * nflows));
+            for _ in 0..np {
+                let p = r.u16()?;
+                let s = r.u32()?;
+                if s as usize >= nflows {
+                    return Err(format!("port array names flow {s}"));
+                }
+                ports.push((p, s));
+            }
+            if r.at != s2.len() {
+                return Err("bytes after the sorted arrays".into());
+            }
+            if !addrs.is_sorted() || !ports.is_sorted() {
+                return Err("the address or port array is not sorted".into());
+            }
+            Ok(Stage2 { flows, addrs, ports, positions })
+        };
+        parse().map_err(|why| self.corrupt(at2, &why))
+    }
+
+    fn corrupt(&self, offset: u64, why: &str) -> StoreError {
+        StoreError::Corrupt { path: self.index.clone(), offset, why: why.to_string() }
+    }
+
+    /// Reads the packets of flow `slot` of `s2` with one read of the data file; calls `f` with each packet's
+    /// original-order position, timestamp (ns), wire length and bytes, in the flow's order.
+    pub fn read_flow(
+        &self,
+        data: &File,
+        s2: &Stage2,
+        slot: usize,
+        buf: &mut Vec<u8>,
+        f: &mut dyn FnMut(u64, u64, u32, &[u8]),
+    ) -> Result<(), StoreError> {
+        let e = &s2.flows[slot];
+        if e.packets == 0 {
+            return Ok(());
+        }
+        let seqs = s2.positions(slot).map_err(|why| self.corrupt(0, &why))?;
+        let len = usize::try_from(e.data_len).map_err(|_| self.corrupt(0, "flow length"))?;
+        buf.resize(len, 0);
+        data.read_exact_at(buf, e.data_offset).map_err(|err| StoreError::io(&self.data, err))?;
+        let bad = |why: &str| StoreError::Corrupt { path: self.data.clone(), offset: e.data_offset, why: why.into() };
+        let mut at = 0usize;
+        for seq in seqs {
+            let h = buf.get(at..at + 16).ok_or_else(|| bad("a flow's records end early"))?;
+            let le = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+            let ts = u64::from(le(0)) * 1_000_000_000 + u64::from(le(4));
+            let (caplen, wirelen) = (le(8) as usize, le(12));
+            let d = buf.get(at + 16..at + 16 + caplen).ok_or_else(|| bad("a record runs past its flow"))?;
+            f(seq, ts, wirelen, d);
+            at += 16 + caplen;
+        }
+        if at != len {
+            return Err(bad("a flow's records do not fill its span"));
+        }
+        Ok(())
+    }
+}

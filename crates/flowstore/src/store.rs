@@ -1,0 +1,320 @@
+//! A store: a directory of segments, imported into and queried in the original packet order.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use pcaptool_packet::{FileFormat, Need, TraceReader, decode, precision_for};
+use rustc_hash::FxHashMap;
+
+use crate::error::StoreError;
+use crate::flow::{Flow, FlowTracker};
+use crate::segment::{PacketIn, Segment, SegmentWriter, StoreMeta, segment_paths};
+
+/// How to import.
+#[derive(Clone, Debug)]
+pub struct ImportOptions {
+    /// A segment closes once its data file would exceed this many bytes (default 256 MiB).
+    pub segment_bytes: u64,
+    /// Or once it holds this many packets (default 4,194,304).
+    pub segment_packets: u64,
+    /// After the import, the oldest segments are removed whole until the store is at most this big.
+    pub max_size: Option<u64>,
+}
+
+impl Default for ImportOptions {
+    fn default() -> ImportOptions {
+        ImportOptions { segment_bytes: 256 << 20, segment_packets: 1 << 22, max_size: None }
+    }
+}
+
+/// What an import did.
+#[derive(Debug, Default)]
+pub struct ImportStats {
+    /// Packets stored.
+    pub packets: u64,
+    /// Segments written.
+    pub segments: u32,
+    /// Segments removed for `--max-size`.
+    pub removed: u32,
+    /// Damage that ended the trace early (the packets before it were stored).
+    pub damage: Option<pcaptool_packet::TraceError>,
+}
+
+/// What a query read.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QueryStats {
+    /// Segments in the store.
+    pub segments: u32,
+    /// Segments stage 1 let through.
+    pub stage1_passed: u32,
+    /// Flows whose packets were read.
+    pub flows_read: u64,
+    /// Packets read.
+    pub packets_read: u64,
+    /// Bytes of data read.
+    pub bytes_read: u64,
+}
+
+/// An open store.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    segments: Vec<Segment>,
+    repairs: Vec<String>,
+}
+
+fn segment_number(name: &str) -> Option<(u32, &str)> {
+    let rest = name.strip_prefix("seg-")?;
+    let (num, ext) = rest.split_once('.')?;
+    (num.len() == 6 && num.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| (num.parse().ok(), ext))
+        .and_then(|(n, e)| Some((n?, e)))
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating the directory if it does not exist. An interrupted segment (files left
+    /// with a `.tmp` suffix, or an index whose data file never got its final name) is removed, and said so in
+    /// [`repairs`](Self::repairs): segments become visible only once complete, so no completed one is lost.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        let mut repairs = Vec::new();
+        let mut numbers: FxHashMap<u32, (bool, bool)> = FxHashMap::default();
+        for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+            let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((n, ext)) = segment_number(name) else { continue };
+            match ext {
+                "pcap" => numbers.entry(n).or_default().0 = true,
+                "ptsx" => numbers.entry(n).or_default().1 = true,
+                "pcap.tmp" | "ptsx.tmp" => {
+                    std::fs::remove_file(entry.path()).map_err(|e| StoreError::io(entry.path(), e))?;
+                    repairs.push(format!("removed {name}, left by an interrupted segment"));
+                }
+                _ => {}
+            }
+        }
+        let mut nums: Vec<u32> = numbers.keys().copied().collect();
+        nums.sort_unstable();
+        let mut segments = Vec::new();
+        for n in nums {
+            let (data, index) = segment_paths(dir, n);
+            match numbers[&n] {
+                (true, true) => segments.push(Segment::open(data, index)?),
+                (false, true) => {
+                    std::fs::remove_file(&index).map_err(|e| StoreError::io(&index, e))?;
+                    repairs.push(format!(
+                        "removed {}: its segment was interrupted before its data file was complete",
+                        index.display()
+                    ));
+                }
+                (true, false) => repairs
+                    .push(format!("left {} out: it has no index (it was not written by pcaptool)", data.display())),
+                (false, false) => {}
+            }
+        }
+        Ok(Store { dir: dir.to_path_buf(), segments, repairs })
+    }
+
+    /// What opening the store repaired.
+    pub fn repairs(&self) -> &[String] {
+        &self.repairs
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The segments, oldest first.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// What the store's packets are (`None` while it is empty).
+    pub fn meta(&self) -> Option<StoreMeta> {
+        self.segments.first().map(|s| s.stage1.meta)
+    }
+
+    /// Packets stored.
+    pub fn packets(&self) -> u64 {
+        self.segments.iter().map(|s| s.stage1.packets).sum()
+    }
+
+    /// Imports `trace` after what the store holds. Memory holds one segment's packets; each segment is complete
+    /// on disk before the next begins. `progress` gets the stream offset reached.
+    pub fn import(
+        &mut self,
+        trace: &Path,
+        opts: &ImportOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<ImportStats, StoreError> {
+        let mut reader = TraceReader::open(trace)?;
+        reader.read_header()?;
+        let precision = match reader.format() {
+            Some(FileFormat::Pcap { precision, .. }) => precision,
+            _ => reader.interfaces().first().map_or(pcaptool_packet::TsPrecision::Micro, |i| precision_for(i.tsresol)),
+        };
+        let first = reader.interfaces().first().cloned();
+        let mut meta = self
+            .meta()
+            .or_else(|| first.as_ref().map(|i| StoreMeta { linktype: i.linktype, snaplen: i.snaplen, precision }));
+        let mut seq = self.segments.last().map_or(0, |s| s.stage1.seq_max + 1);
+        let first_flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
+        let mut tracker = FlowTracker::new(first_flow.unwrap_or(0));
+        let mut number = self.segments.last().map_or(0, |s| s.stage1.number + 1);
+        let mut stats = ImportStats::default();
+        let mut writer: Option<SegmentWriter> = None;
+        let mut last_report = 0u64;
+        loop {
+            let rec = match reader.next_record() {
+                None => break,
+                Some(Err(e)) => {
+                    stats.damage = Some(e);
+                    break;
+                }
+                Some(Ok(r)) => r,
+            };
+            let m = *meta.get_or_insert(StoreMeta { linktype: rec.linktype, snaplen: 262_144, precision });
+            if rec.linktype != m.linktype {
+                return Err(StoreError::Refused(format!(
+                    "{} has a packet of link type {} at byte {}, the store holds link type {}: a store holds one link type",
+                    trace.display(),
+                    rec.linktype.0,
+                    rec.offset,
+                    m.linktype.0
+                )));
+            }
+            let d = decode(rec.linktype, rec.data);
+            let a = tracker.packet(&d, rec.wirelen, rec.ts_ns);
+            let w = writer.get_or_insert_with(|| SegmentWriter::new(m));
+            w.push(&PacketIn {
+                seq,
+                ts_ns: rec.ts_ns,
+                wirelen: rec.wirelen,
+                data: rec.data,
+                flow: a.flow.zip(a.key).map(|(id, key)| (id, key, a.orig_is_lo, a.state)),
+                from_orig: a.from_orig,
+                payload: a.payload,
+                flags: a.flags,
+            });
+            seq += 1;
+            stats.packets += 1;
+            if w.data_bytes() >= opts.segment_bytes || w.packets() as u64 >= opts.segment_packets {
+                let w = writer.take().expect("a segment is open");
+                self.close(w, number)?;
+                number += 1;
+                stats.segments += 1;
+            }
+            if rec.offset >= last_report + (1 << 24) {
+                last_report = rec.offset;
+                progress(rec.offset);
+            }
+        }
+        if let Some(w) = writer.take()
+            && w.packets() > 0
+        {
+            self.close(w, number)?;
+            stats.segments += 1;
+        }
+        if let Some(max) = opts.max_size {
+            stats.removed = self.retain_size(max)?;
+        }
+        Ok(stats)
+    }
+
+    fn close(&mut self, w: SegmentWriter, number: u32) -> Result<(), StoreError> {
+        w.close(&self.dir, number)?;
+        let (data, index) = segment_paths(&self.dir, number);
+        self.segments.push(Segment::open(data, index)?);
+        Ok(())
+    }
+
+    /// Removes the oldest segments whole until the store's files take at most `max` bytes; returns how many.
+    pub fn retain_size(&mut self, max: u64) -> Result<u32, StoreError> {
+        let size = |s: &Segment| s.stage1.bytes + s.stage1.stage2_bytes();
+        let mut total: u64 = self.segments.iter().map(size).sum();
+        let mut removed = 0;
+        while total > max && !self.segments.is_empty() {
+            let s = self.segments.remove(0);
+            total -= size(&s);
+            // Data first: an index left alone by a crash here is removed when the store is next opened.
+            std::fs::remove_file(&s.data).map_err(|e| StoreError::io(&s.data, e))?;
+            std::fs::remove_file(&s.index).map_err(|e| StoreError::io(&s.index, e))?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Calls `f` with every packet that may satisfy `need`, in the original order: position, timestamp (ns),
+    /// wire length, bytes. Stage 1 rules segments out, stage 2 picks the flows, each flow is one read; `f`
+    /// returns false to stop.
+    pub fn query(
+        &self,
+        need: &Need,
+        f: &mut dyn FnMut(u64, u64, u32, &[u8]) -> bool,
+    ) -> Result<QueryStats, StoreError> {
+        let mut st = QueryStats { segments: self.segments.len() as u32, ..QueryStats::default() };
+        let mut buf = Vec::new();
+        for seg in &self.segments {
+            if !seg.stage1.may_match(need) {
+                continue;
+            }
+            st.stage1_passed += 1;
+            let s2 = seg.stage2()?;
+            let slots = s2.candidates(need);
+            if slots.iter().all(|&s| s2.flows[s].packets == 0) {
+                continue;
+            }
+            let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
+            let mut got: Vec<(u64, u64, u32, Vec<u8>)> = Vec::new();
+            for slot in slots {
+                st.flows_read += 1;
+                st.bytes_read += s2.flows[slot].data_len;
+                seg.read_flow(&data, &s2, slot, &mut buf, &mut |seq, ts, wl, d| got.push((seq, ts, wl, d.to_vec())))?;
+            }
+            got.sort_unstable_by_key(|g| g.0);
+            st.packets_read += got.len() as u64;
+            for (seq, ts, wl, d) in &got {
+                if !f(*seq, *ts, *wl, d) {
+                    return Ok(st);
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    /// Calls `f` with the packets of flow `id` in order (one read per segment the flow spans); false if the
+    /// store has no such flow.
+    pub fn flow(&self, id: u64, f: &mut dyn FnMut(u64, u64, u32, &[u8])) -> Result<bool, StoreError> {
+        let mut found = false;
+        let mut buf = Vec::new();
+        for seg in self.segments.iter().filter(|s| (s.stage1.flow_min..=s.stage1.flow_max).contains(&id)) {
+            let s2 = seg.stage2()?;
+            if let Some(slot) = s2.flows.iter().position(|e| e.flow.id == id) {
+                found = true;
+                let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
+                seg.read_flow(&data, &s2, slot, &mut buf, f)?;
+            }
+        }
+        Ok(found)
+    }
+
+    /// The flow records that may satisfy `need`, parts in several segments merged, by id.
+    pub fn flows(&self, need: &Need) -> Result<Vec<Flow>, StoreError> {
+        let mut by_id: FxHashMap<u64, Flow> = FxHashMap::default();
+        for seg in self.segments.iter().filter(|s| s.stage1.may_match(need)) {
+            let s2 = seg.stage2()?;
+            for slot in s2.candidates(need) {
+                let e = &s2.flows[slot];
+                if e.is_no_flow() {
+                    continue;
+                }
+                by_id.entry(e.flow.id).and_modify(|f| f.merge(&e.flow)).or_insert(e.flow);
+            }
+        }
+        let mut v: Vec<Flow> = by_id.into_values().collect();
+        v.sort_by_key(|f| f.id);
+        Ok(v)
+    }
+}
