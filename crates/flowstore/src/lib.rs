@@ -17,8 +17,8 @@
 //!
 //! let mut store = Store::open(Path::new("store"))?;
 //! store.import(Path::new("trace.pcap"), &ImportOptions::default(), &mut |_| {})?;
-//! store.query(&Need::All, &mut |seq, ts, wirelen, data| {
-//!     println!("{seq} {ts} {wirelen} {}", data.len());
+//! store.query(&Need::All, &mut |p| {
+//!     println!("{} {} {} {}", p.seq, p.ts_ns, p.wirelen, p.data.len());
 //!     true
 //! })?;
 //! # Ok::<(), pcaptool_flowstore::StoreError>(())
@@ -36,5 +36,5 @@ mod store;
 pub use bloom::Bloom;
 pub use error::StoreError;
 pub use flow::{ConnState, Flow, FlowTracker, Side};
-pub use segment::{Segment, Stage1, Stage2, StoreMeta};
+pub use segment::{Segment, Stage1, Stage2, StoreMeta, StoredPacket};
 pub use store::{ImportOptions, ImportStats, QueryStats, Store};

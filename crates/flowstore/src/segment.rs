@@ -36,6 +36,10 @@ pub struct StoreMeta {
     pub snaplen: u32,
     /// Timestamp precision of the source (query output is written with it, as tcpdump would).
     pub precision: TsPrecision,
+    /// Whether the source was written in the other byte order than this machine's (libpcap's filters read a
+    /// few link-layer fields, such as DLT_NULL's family, in the capture's byte order; packets are kept as they
+    /// were).
+    pub swapped: bool,
 }
 
 /// One packet handed to a [`SegmentWriter`].
@@ -548,7 +552,8 @@ impl Stage1 {
         o.extend_from_slice(&self.meta.snaplen.to_le_bytes());
         o.push(precision_code(self.meta.precision));
         o.push(u8::from(self.unknown_fields));
-        o.extend_from_slice(&[0u8; 2]);
+        o.push(u8::from(self.meta.swapped));
+        o.push(0);
         for v in [self.packets, self.bytes, u64::from(self.flows), self.t_min, self.t_max, self.seq_min, self.seq_max] {
             o.extend_from_slice(&v.to_le_bytes());
         }
@@ -576,7 +581,12 @@ impl Stage1 {
             p => return Err(format!("precision code {p}")),
         };
         let unknown_fields = r.u8()? != 0;
-        r.take(2)?;
+        let swapped = match r.u8()? {
+            0 => false,
+            1 => true,
+            x => return Err(format!("byte-order flag {x}")),
+        };
+        r.take(1)?;
         let packets = r.u64()?;
         let bytes = r.u64()?;
         let flows = u32::try_from(r.u64()?).map_err(|_| "flow count")?;
@@ -596,7 +606,7 @@ impl Stage1 {
         }
         Ok(Stage1 {
             number,
-            meta: StoreMeta { linktype, snaplen, precision },
+            meta: StoreMeta { linktype, snaplen, precision, swapped },
             packets,
             bytes,
             flows,
@@ -771,6 +781,19 @@ impl Stage2 {
     }
 }
 
+/// A packet read back from a store.
+#[derive(Clone, Copy, Debug)]
+pub struct StoredPacket<'a> {
+    /// Its position in the store's original order.
+    pub seq: u64,
+    /// Timestamp, ns.
+    pub ts_ns: u64,
+    /// Length on the wire.
+    pub wirelen: u32,
+    /// Captured bytes.
+    pub data: &'a [u8],
+}
+
 /// A segment of a store: its files and its stage 1.
 #[derive(Debug)]
 pub struct Segment {
@@ -913,15 +936,15 @@ impl Segment {
         StoreError::Corrupt { path: self.index.clone(), offset, why: why.to_string() }
     }
 
-    /// Reads the packets of flow `slot` of `s2` with one read of the data file; calls `f` with each packet's
-    /// original-order position, timestamp (ns), wire length and bytes, in the flow's order.
+    /// Reads the packets of flow `slot` of `s2` with one read of the data file; calls `f` with each, in the
+    /// flow's order.
     pub fn read_flow(
         &self,
         data: &File,
         s2: &Stage2,
         slot: usize,
         buf: &mut Vec<u8>,
-        f: &mut dyn FnMut(u64, u64, u32, &[u8]),
+        f: &mut dyn FnMut(&StoredPacket<'_>),
     ) -> Result<(), StoreError> {
         let e = &s2.flows[slot];
         if e.packets == 0 {
@@ -939,7 +962,7 @@ impl Segment {
             let ts = u64::from(le(0)) * 1_000_000_000 + u64::from(le(4));
             let (caplen, wirelen) = (le(8) as usize, le(12));
             let d = buf.get(at + 16..at + 16 + caplen).ok_or_else(|| bad("a record runs past its flow"))?;
-            f(seq, ts, wirelen, d);
+            f(&StoredPacket { seq, ts_ns: ts, wirelen, data: d });
             at += 16 + caplen;
         }
         if at != len {

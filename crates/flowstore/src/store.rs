@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
 use crate::flow::{Flow, FlowTracker};
-use crate::segment::{PacketIn, Segment, SegmentWriter, StoreMeta, segment_paths};
+use crate::segment::{PacketIn, Segment, SegmentWriter, StoreMeta, StoredPacket, segment_paths};
 
 /// How to import.
 #[derive(Clone, Debug)]
@@ -155,10 +155,24 @@ impl Store {
             Some(FileFormat::Pcap { precision, .. }) => precision,
             _ => reader.interfaces().first().map_or(pcaptool_packet::TsPrecision::Micro, |i| precision_for(i.tsresol)),
         };
+        let swapped = match reader.format() {
+            Some(FileFormat::Pcap { big_endian, .. }) | Some(FileFormat::PcapNg { big_endian }) => {
+                big_endian != cfg!(target_endian = "big")
+            }
+            _ => false,
+        };
+        if let Some(m) = self.meta()
+            && m.swapped != swapped
+        {
+            return Err(StoreError::Refused(format!(
+                "{} is in the other byte order than the traces of the store: a store holds traces of one byte order",
+                trace.display()
+            )));
+        }
         let first = reader.interfaces().first().cloned();
-        let mut meta = self
-            .meta()
-            .or_else(|| first.as_ref().map(|i| StoreMeta { linktype: i.linktype, snaplen: i.snaplen, precision }));
+        let mut meta = self.meta().or_else(|| {
+            first.as_ref().map(|i| StoreMeta { linktype: i.linktype, snaplen: i.snaplen, precision, swapped })
+        });
         let mut seq = self.segments.last().map_or(0, |s| s.stage1.seq_max + 1);
         let first_flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
         let mut tracker = FlowTracker::new(first_flow.unwrap_or(0));
@@ -175,7 +189,7 @@ impl Store {
                 }
                 Some(Ok(r)) => r,
             };
-            let m = *meta.get_or_insert(StoreMeta { linktype: rec.linktype, snaplen: 262_144, precision });
+            let m = *meta.get_or_insert(StoreMeta { linktype: rec.linktype, snaplen: 262_144, precision, swapped });
             if rec.linktype != m.linktype {
                 return Err(StoreError::Refused(format!(
                     "{} has a packet of link type {} at byte {}, the store holds link type {}: a store holds one link type",
@@ -232,7 +246,10 @@ impl Store {
 
     /// Removes the oldest segments whole until the store's files take at most `max` bytes; returns how many.
     pub fn retain_size(&mut self, max: u64) -> Result<u32, StoreError> {
-        let size = |s: &Segment| s.stage1.bytes + s.stage1.stage2_bytes();
+        let size = |s: &Segment| {
+            let index = std::fs::metadata(&s.index).map_or(s.stage1.stage2_bytes(), |m| m.len());
+            s.stage1.bytes + index
+        };
         let mut total: u64 = self.segments.iter().map(size).sum();
         let mut removed = 0;
         while total > max && !self.segments.is_empty() {
@@ -246,14 +263,9 @@ impl Store {
         Ok(removed)
     }
 
-    /// Calls `f` with every packet that may satisfy `need`, in the original order: position, timestamp (ns),
-    /// wire length, bytes. Stage 1 rules segments out, stage 2 picks the flows, each flow is one read; `f`
+    /// Calls `f` with every packet that may satisfy `need`, in the original order. Stage 1 rules segments out, stage 2 picks the flows, each flow is one read; `f`
     /// returns false to stop.
-    pub fn query(
-        &self,
-        need: &Need,
-        f: &mut dyn FnMut(u64, u64, u32, &[u8]) -> bool,
-    ) -> Result<QueryStats, StoreError> {
+    pub fn query(&self, need: &Need, f: &mut dyn FnMut(&StoredPacket<'_>) -> bool) -> Result<QueryStats, StoreError> {
         let mut st = QueryStats { segments: self.segments.len() as u32, ..QueryStats::default() };
         let mut buf = Vec::new();
         for seg in &self.segments {
@@ -271,12 +283,14 @@ impl Store {
             for slot in slots {
                 st.flows_read += 1;
                 st.bytes_read += s2.flows[slot].data_len;
-                seg.read_flow(&data, &s2, slot, &mut buf, &mut |seq, ts, wl, d| got.push((seq, ts, wl, d.to_vec())))?;
+                seg.read_flow(&data, &s2, slot, &mut buf, &mut |q| {
+                    got.push((q.seq, q.ts_ns, q.wirelen, q.data.to_vec()))
+                })?;
             }
             got.sort_unstable_by_key(|g| g.0);
             st.packets_read += got.len() as u64;
             for (seq, ts, wl, d) in &got {
-                if !f(*seq, *ts, *wl, d) {
+                if !f(&StoredPacket { seq: *seq, ts_ns: *ts, wirelen: *wl, data: d }) {
                     return Ok(st);
                 }
             }
@@ -286,7 +300,7 @@ impl Store {
 
     /// Calls `f` with the packets of flow `id` in order (one read per segment the flow spans); false if the
     /// store has no such flow.
-    pub fn flow(&self, id: u64, f: &mut dyn FnMut(u64, u64, u32, &[u8])) -> Result<bool, StoreError> {
+    pub fn flow(&self, id: u64, f: &mut dyn FnMut(&StoredPacket<'_>)) -> Result<bool, StoreError> {
         let mut found = false;
         let mut buf = Vec::new();
         for seg in self.segments.iter().filter(|s| (s.stage1.flow_min..=s.stage1.flow_max).contains(&id)) {

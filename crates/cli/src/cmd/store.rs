@@ -142,7 +142,7 @@ pub(crate) fn query(
     }
     let mut matcher = match filter {
         Some(f) => Some(
-            f.compile(pcaptool_query::Target { linktype: meta.linktype.base(), swapped: false })
+            f.compile(pcaptool_query::Target { linktype: meta.linktype.base(), swapped: meta.swapped })
                 .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", meta.linktype))?,
         ),
         None => None,
@@ -182,11 +182,11 @@ pub(crate) fn query(
     };
     let result = match flow {
         Some(id) => store
-            .flow(id, &mut |_, ts, wl, d| {
-                each(ts, wl, d);
+            .flow(id, &mut |q| {
+                each(q.ts_ns, q.wirelen, q.data);
             })
             .map(|found| (found, None)),
-        None => store.query(&need, &mut |_, ts, wl, d| each(ts, wl, d)).map(|st| (true, Some(st))),
+        None => store.query(&need, &mut |q| each(q.ts_ns, q.wirelen, q.data)).map(|st| (true, Some(st))),
     };
     let finish = |out: Option<PcapWriter<Box<dyn Write>>>| -> anyhow::Result<()> {
         if let Some(w) = out {
