@@ -236,6 +236,14 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     {
         std::fs::write(index.join(format!("s{i}")), seed)?;
     }
+    // So does the segment target.
+    let segment = dir.join("segment_from_bytes");
+    std::fs::create_dir_all(&segment)?;
+    for (i, seed) in
+        [&[][..], &[0x30, 0, 0, 0, 0x01], &[0x10, 0x01, 0, 0, 0x04, 0x60, 0, 0, 0, 0x80]].iter().enumerate()
+    {
+        std::fs::write(segment.join(format!("s{i}")), seed)?;
+    }
     eprintln!(
         "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}, wavelet {}",
         dir.display(),

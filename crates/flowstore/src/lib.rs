@@ -30,6 +30,8 @@
 mod bloom;
 mod error;
 pub mod flow;
+#[doc(hidden)]
+pub mod fuzz_harness;
 pub mod segment;
 mod store;
 

@@ -25,7 +25,7 @@ pub const VERSION: u16 = 1;
 pub const BLOOM_FPR: f64 = 0.01;
 const HEADER_LEN: usize = 24;
 /// Bytes of a flow entry in stage 2.
-const FLOW_ENTRY: usize = 152;
+const FLOW_ENTRY: usize = 150;
 
 /// What the packets of a store are: every segment records it, and imports must agree.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -770,7 +770,7 @@ impl Stage2 {
     pub fn positions(&self, slot: usize) -> Result<Vec<u64>, String> {
         let e = &self.flows[slot];
         let mut at = usize::try_from(e.positions_at).map_err(|_| "positions offset")?;
-        let mut out = Vec::with_capacity(e.packets as usize);
+        let mut out = Vec::with_capacity((e.packets as usize).min(self.positions.len()));
         let mut last = 0u64;
         for i in 0..e.packets {
             let v = get_varint(&self.positions, &mut at).ok_or("positions truncated")?;
@@ -855,7 +855,7 @@ impl Segment {
         let parse = || -> Result<Stage2, String> {
             let nflows = self.stage1.flows as usize + 1;
             let mut r = Rd { b: s2, at: 0 };
-            let mut flows = Vec::with_capacity(nflows);
+            let mut flows = Vec::with_capacity(nflows.min(s2.len() / FLOW_ENTRY));
             let mut next_data = 24u64;
             let mut packets = 0u64;
             for slot in 0..nflows {
@@ -877,7 +877,7 @@ impl Segment {
                 if n > 0 && data_offset != next_data {
                     return Err(format!("flow entry {slot}: its packets are not where the previous flow's end"));
                 }
-                next_data += data_len;
+                next_data = next_data.checked_add(data_len).ok_or("flow lengths overflow")?;
                 packets += u64::from(n);
                 let key =
                     FlowKey { lo_addr: ip_of(&lo), hi_addr: ip_of(&hi), lo_port, hi_port, proto: IpProto(proto), vlan };
@@ -951,6 +951,14 @@ impl Segment {
             return Ok(());
         }
         let seqs = s2.positions(slot).map_err(|why| self.corrupt(0, &why))?;
+        let file_len = data.metadata().map_err(|err| StoreError::io(&self.data, err))?.len();
+        if e.data_offset.checked_add(e.data_len).is_none_or(|end| end > file_len) {
+            return Err(StoreError::Corrupt {
+                path: self.data.clone(),
+                offset: file_len,
+                why: format!("flow {} lies past the end of the data file", e.flow.id),
+            });
+        }
         let len = usize::try_from(e.data_len).map_err(|_| self.corrupt(0, "flow length"))?;
         buf.resize(len, 0);
         data.read_exact_at(buf, e.data_offset).map_err(|err| StoreError::io(&self.data, err))?;

@@ -1,0 +1,159 @@
+//! The body of the fuzz target of the segment index reader, shared with the regression replay test.
+//!
+//! `segment_from_bytes` takes the index of a valid segment built once, applies the fuzz input as byte edits, seals
+//! it again (header, stage 1, stage 2 and positions checksums recomputed, as far as the edited lengths locate
+//! them), so that the structure checks behind the checksums are what gets exercised, and opens and queries the
+//! segment: every outcome must be an error or an answer, never a panic or an allocation the file cannot back.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use pcaptool_packet::{Field, LinkType, Need, PcapWriter, Pred, TsPrecision};
+
+use crate::segment::{Segment, segment_paths};
+use crate::{ImportOptions, Store};
+
+struct Fixture {
+    dir: PathBuf,
+    data: PathBuf,
+    index: Vec<u8>,
+}
+
+/// A 1500-packet Ethernet trace (TCP with handshakes and FINs, UDP, ARP) imported into a one-segment store.
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("pcaptool-store-fuzz-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let trace = dir.join("fixture.pcap");
+        let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano).expect("writer");
+        for i in 0u32..1500 {
+            let mut f = vec![0u8; 60 + (i as usize * 37) % 700];
+            f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, (i % 7) as u8]);
+            if i % 97 == 0 {
+                f[12..14].copy_from_slice(&[0x08, 0x06]);
+                f[28..32].copy_from_slice(&[10, 0, 0, (i % 5) as u8]);
+            } else {
+                let total = (f.len() - 14) as u16;
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+                f[14] = 0x45;
+                f[16..18].copy_from_slice(&total.to_be_bytes());
+                f[23] = if i % 3 == 0 { 17 } else { 6 };
+                let (c, s) = ([10, 0, (i % 11) as u8, (i % 13) as u8], [192, 168, 0, (i % 17) as u8]);
+                let (src, dst) = if i % 2 == 0 { (c, s) } else { (s, c) };
+                f[26..30].copy_from_slice(&src);
+                f[30..34].copy_from_slice(&dst);
+                let (sp, dp) = (1024 + (i % 50) as u16, 80u16);
+                let (sp, dp) = if i % 2 == 0 { (sp, dp) } else { (dp, sp) };
+                f[34..36].copy_from_slice(&sp.to_be_bytes());
+                f[36..38].copy_from_slice(&dp.to_be_bytes());
+                f[46] = 5 << 4;
+                f[47] = [0x02, 0x12, 0x10, 0x18, 0x11, 0x04][i as usize % 6];
+            }
+            let len = f.len() as u32;
+            w.write_packet(1_700_000_000_000_000_000 + u64::from(i) * 1_000_000, len, &f).expect("write");
+        }
+        std::fs::write(&trace, w.finish().expect("finish")).expect("write the fixture trace");
+        let store_dir = dir.join("store");
+        let mut store = Store::open(&store_dir).expect("store");
+        store.import(&trace, &ImportOptions::default(), &mut |_| {}).expect("import");
+        let (data, index) = segment_paths(&store_dir, 0);
+        let index = std::fs::read(index).expect("read the fixture index");
+        Fixture { dir, data, index }
+    })
+}
+
+fn le32(b: &[u8], at: usize) -> Option<usize> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize)
+}
+
+fn le64(b: &[u8], at: usize) -> Option<usize> {
+    usize::try_from(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?)).ok()
+}
+
+fn seal(b: &mut [u8], start: usize, len: usize) -> bool {
+    let Some(end) = start.checked_add(len).filter(|&e| len >= 4 && e <= b.len()) else { return false };
+    let crc = crc32fast::hash(&b[start..end - 4]);
+    b[end - 4..end].copy_from_slice(&crc.to_le_bytes());
+    true
+}
+
+/// Recomputes the checksums of the header, stage 1, stage 2 and positions, as far as the bytes locate them.
+fn reseal(b: &mut [u8]) {
+    const H: usize = 24;
+    if let Some(s1) = le32(b, 8)
+        && seal(b, H, s1)
+        && let (Some(s2), Some(sp)) = (le64(b, H + 88), le64(b, H + 96))
+        && seal(b, H + s1, s2)
+    {
+        seal(b, H + s1 + s2, sp);
+    }
+    if b.len() >= H {
+        let crc = crc32fast::hash(&b[..20]);
+        b[20..24].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+fn exercise(index: &Path, data: &Path) {
+    let Ok(seg) = Segment::open(data.to_path_buf(), index.to_path_buf()) else { return };
+    let needs = [
+        Need::All,
+        Need::Pred(Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0aff_ffff)),
+        Need::Pred(Pred::range(Field::Ip4Dst, 0xc0a8_0003, 0xc0a8_0003)),
+        Need::and(vec![Need::Pred(Pred::range(Field::DstPort, 80, 80)), Need::Pred(Pred::range(Field::IpProto, 6, 6))]),
+        Need::or(vec![
+            Need::Pred(Pred::range(Field::SrcPort, 1030, 1031)),
+            Need::Pred(Pred::range(Field::Time, 1_700_000_000_000_500_000, 1_700_000_000_002_000_000)),
+        ]),
+    ];
+    let Ok(s2) = seg.stage2() else { return };
+    let Ok(file) = std::fs::File::open(data) else { return };
+    let mut buf = Vec::new();
+    for need in &needs {
+        let _ = seg.stage1.may_match(need);
+        for slot in s2.candidates(need) {
+            let _ = seg.read_flow(&file, &s2, slot, &mut buf, &mut |_| {});
+        }
+    }
+}
+
+/// Fuzz target `segment_from_bytes`: byte edits of a valid segment index, sealed again, then opened and queried.
+pub fn segment_from_bytes(input: &[u8]) {
+    let fx = fixture();
+    let mut bytes = fx.index.clone();
+    // Edits: 4-byte offset (modulo the index length), 1-byte value to XOR there; inputs starting with the magic
+    // are taken as a whole index.
+    if input.starts_with(b"PTSG") {
+        bytes = input.to_vec();
+    } else {
+        for e in input.chunks_exact(5) {
+            let at = u32::from_le_bytes([e[0], e[1], e[2], e[3]]) as usize % bytes.len();
+            bytes[at] ^= e[4];
+        }
+        reseal(&mut bytes);
+    }
+    let path = fx.dir.join(format!("fuzz-{:?}.ptsx", std::thread::current().id()).replace(['(', ')'], ""));
+    if std::fs::write(&path, &bytes).is_ok() {
+        exercise(&path, &fx.data);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixture_is_valid_and_edits_are_caught_or_harmless() {
+        let fx = fixture();
+        let mut copy = fx.index.clone();
+        reseal(&mut copy);
+        assert_eq!(copy, fx.index, "resealing a valid index changes nothing");
+        segment_from_bytes(&[]);
+        for at in (0..fx.index.len()).step_by(fx.index.len() / 150 + 1) {
+            let mut e = (at as u32).to_le_bytes().to_vec();
+            e.push(0x5a);
+            segment_from_bytes(&e);
+        }
+    }
+}
