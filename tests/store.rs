@@ -275,3 +275,85 @@ fn interrupted_and_killed_imports() {
         "killed imports: the stores answered as scans of what they held (a partial store seen: {checked_partial})"
     );
 }
+
+/// Per TCP and UDP 5-tuple, the packets and bytes of the flow records (`pcaptool flows --json`, summed over the
+/// flows of a tuple) equal tshark's own count of the same packets (IP reassembly off, outer headers, no packets
+/// inside ICMP errors, no tunnels, tags or IPsec, which tshark decodes further than the store's flow keys), on the
+/// generated trace and a sample of the corpus.
+#[test]
+fn flow_records_agree_with_tshark() {
+    let Some(tshark) = tool("tshark") else {
+        println!("tshark is not installed: flow records not checked against it");
+        return;
+    };
+    let tmp = TempDir::new("store-tshark");
+    let mut files = vec![gen_trace(&tmp, "gen.pcap", 20_000, 9)];
+    match corpus_dir() {
+        Some(c) => files.extend(corpus_files(&c).iter().step_by(40).map(|f| c.join(f))),
+        None => println!("../shared/corpus is absent: flow records checked on the generated trace only"),
+    }
+    type Tuple = (u8, String, u16, String, u16);
+    let canon = |proto: u8, a: String, pa: u16, b: String, pb: u16| -> Tuple {
+        let (x, y) = ((a.parse::<std::net::IpAddr>().ok(), pa, a), (b.parse::<std::net::IpAddr>().ok(), pb, b));
+        if (x.0, x.1) <= (y.0, y.1) { (proto, x.2, x.1, y.2, y.1) } else { (proto, y.2, y.1, x.2, x.1) }
+    };
+    let (mut traces, mut tuples) = (0, 0);
+    for (n, trace) in files.iter().enumerate() {
+        let dir = tmp.join(&format!("s{n}"));
+        let o = pcaptool(&["import", p(trace), "--store", p(&dir)]);
+        if !o.status.success() {
+            continue;
+        }
+        let o = pcaptool(&["flows", p(&dir), "--json"]);
+        assert!(o.status.success(), "{}", err(&o));
+        let mut ours: std::collections::BTreeMap<Tuple, (u64, u64)> = Default::default();
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let f: serde_json::Value = serde_json::from_str(line).unwrap();
+            let proto = f["proto"].as_u64().unwrap() as u8;
+            let (op, rp) = (f["orig_p"].as_u64().unwrap() as u16, f["resp_p"].as_u64().unwrap() as u16);
+            if !(proto == 6 || proto == 17) || (op == 0 && rp == 0) {
+                continue;
+            }
+            let k = canon(proto, f["orig_h"].as_str().unwrap().into(), op, f["resp_h"].as_str().unwrap().into(), rp);
+            let e = ours.entry(k).or_default();
+            e.0 += f["orig_pkts"].as_u64().unwrap() + f["resp_pkts"].as_u64().unwrap();
+            e.1 += f["orig_bytes"].as_u64().unwrap() + f["resp_bytes"].as_u64().unwrap();
+        }
+        let t = Command::new(&tshark)
+            .arg("-r")
+            .arg(trace)
+            .args(["-n", "-o", "ip.defragment:FALSE", "-o", "ipv6.defragment:FALSE", "-o", "tcp.desegment_tcp_streams:FALSE"])
+            .args(["-Y", "(tcp or udp) and not icmp and not icmpv6 and not vlan and not mpls and not pppoe and not ah and not esp and not ipcomp and ((count(ip.src) == 1 and not ipv6) or (count(ipv6.src) == 1 and not ip))"])
+            .args(["-T", "fields", "-E", "separator=|", "-E", "occurrence=f"])
+            .args(["-e", "ip.src", "-e", "ip.dst", "-e", "ipv6.src", "-e", "ipv6.dst", "-e", "tcp.srcport"])
+            .args(["-e", "tcp.dstport", "-e", "udp.srcport", "-e", "udp.dstport", "-e", "frame.len"])
+            .output()
+            .unwrap();
+        if !t.status.success() {
+            continue;
+        }
+        let mut theirs: std::collections::BTreeMap<Tuple, (u64, u64)> = Default::default();
+        for line in String::from_utf8_lossy(&t.stdout).lines() {
+            let v: Vec<&str> = line.split('|').collect();
+            let (src, dst) = if v[0].is_empty() { (v[2], v[3]) } else { (v[0], v[1]) };
+            let (proto, sp, dp) = if v[4].is_empty() { (17, v[6], v[7]) } else { (6, v[4], v[5]) };
+            let (Ok(sp), Ok(dp), Ok(len)) = (sp.parse::<u16>(), dp.parse::<u16>(), v[8].parse::<u64>()) else {
+                continue;
+            };
+            if src.is_empty() || (sp == 0 && dp == 0) {
+                continue;
+            }
+            let e = theirs.entry(canon(proto, src.into(), sp, dst.into(), dp)).or_default();
+            e.0 += 1;
+            e.1 += len;
+        }
+        // tshark's filter leaves out tagged and tunnelled packets that the store counts: compare its tuples.
+        for (k, v) in &theirs {
+            assert_eq!(ours.get(k), Some(v), "{}: {k:?}: packets and bytes (store, tshark)", trace.display());
+            tuples += 1;
+        }
+        traces += 1;
+    }
+    println!("flow records: {tuples} TCP/UDP tuples of {traces} traces agree with tshark's packet and byte counts");
+    assert!(traces > 0 && tuples > 0);
+}
