@@ -126,12 +126,18 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         match a.as_str() {
             "--size" => size = parse_size(it.next().context("--size needs a value")?)?,
             "--packets" => packets = it.next().context("--packets needs a value")?.parse()?,
-            "--only" => only = Some(it.next().context("--only needs walk, commands, query or index")?.clone()),
+            "--only" => only = Some(it.next().context("--only needs walk, commands, query, index or store")?.clone()),
             s => bail!("unknown argument {s:?}"),
         }
     }
     if only.as_deref() == Some("index") || only.is_none() {
         index_section(packets)?;
+        if only.is_some() {
+            return Ok(());
+        }
+    }
+    if only.as_deref() == Some("store") || only.is_none() {
+        store_section(packets)?;
         if only.is_some() {
             return Ok(());
         }
@@ -351,4 +357,129 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
 
 fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| Path::is_file(p)))
+}
+
+/// The flow store against tcpdump and the trace index, on the trace of `packets` packets (default 10M, over 2 GB):
+/// import rate against one tcpdump pass, the index's size, one connection of about 1000 packets from the store
+/// against the same packets through the trace index, and a query for an absent host against the number of
+/// segments (10 to 1000, from the first 1M packets).
+fn store_section(packets: u64) -> anyhow::Result<()> {
+    use pcaptool_flowstore::Store;
+    use pcaptool_packet::{Field, Need, Pred};
+    let dir = root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let trace = dir.join(format!("trace-{}M.pcap", packets / 1_000_000));
+    if !trace.exists() {
+        let opt = GenOptions { packets, ..GenOptions::default() };
+        eprintln!("generating {} ({packets} packets, seed {})...", trace.display(), opt.seed);
+        gen_file(&trace, &opt)?;
+    }
+    let bin = build_pcaptool()?;
+    let tcpdump = which("tcpdump").context("the store benchmark compares with tcpdump: install it")?;
+    let trace_bytes = std::fs::metadata(&trace)?.len();
+    drop(std::fs::read(&trace)?);
+    println!("trace: {} ({packets} packets, {:.2} GB, page-cached)", trace.display(), trace_bytes as f64 / 1e9);
+    println!();
+    let store_dir = dir.join(format!("store-{}M", packets / 1_000_000));
+    let _ = std::fs::remove_dir_all(&store_dir);
+    let t_import = command_time(1, Command::new(&bin).arg("import").arg(&trace).arg("--store").arg(&store_dir))?;
+    let t_pass =
+        command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
+    let store = Store::open(&store_dir)?;
+    let data: u64 = store.segments().iter().map(|s| s.stage1.bytes).sum();
+    let index: u64 = store.segments().iter().map(|s| std::fs::metadata(&s.index).map_or(0, |m| m.len())).sum();
+    let positions: u64 = store.segments().iter().map(|s| s.stage1.positions_bytes()).sum();
+    println!("| measure | pcaptool | other | ratio | goal |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| import ({} segments) vs one tcpdump pass (`tcp port 80`) | {:.2} s | {:.2} s | {:.2} | (reported) |",
+        store.segments().len(),
+        t_import.as_secs_f64(),
+        t_pass.as_secs_f64(),
+        t_import.as_secs_f64() / t_pass.as_secs_f64()
+    );
+    println!(
+        "| flow index (stages 1 and 2) as % of stored bytes | {:.3}% ({} B) | | | ≤ 0.25% |",
+        100.0 * (index - positions) as f64 / data as f64,
+        index - positions
+    );
+    println!(
+        "| original-order positions as % of stored bytes | {:.3}% ({:.2} B/packet) | | | |",
+        100.0 * positions as f64 / data as f64,
+        positions as f64 / packets as f64
+    );
+    // One connection of about 1000 packets, the whole flow in one segment.
+    let flows = store.flows(&Need::All)?;
+    let flow = flows
+        .iter()
+        .filter(|f| f.key.proto.0 == 6 && f.key.lo_addr.is_ipv4() && f.key.vlan == 0)
+        .min_by_key(|f| (f.orig.packets + f.resp.packets).abs_diff(1000))
+        .context("a TCP flow")?;
+    let n = flow.orig.packets + flow.resp.packets;
+    let filter = format!(
+        "tcp and host {} and host {} and port {} and port {}",
+        flow.key.lo_addr, flow.key.hi_addr, flow.key.lo_port, flow.key.hi_port
+    );
+    let index_path = PathBuf::from(format!("{}.ptidx", trace.display()));
+    if !index_path.exists() {
+        command_time(1, Command::new(&bin).arg("index").arg(&trace))?;
+    }
+    let t_flow = command_time(
+        5,
+        Command::new(&bin).arg("query").arg(&store_dir).args(["--flow", &flow.id.to_string(), "-w", "/dev/null"]),
+    )?;
+    let t_idx = command_time(5, Command::new(&bin).arg("query").arg(&trace).arg(&filter).args(["-w", "/dev/null"]))?;
+    let t_dump = command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(&filter))?;
+    println!(
+        "| one {n}-packet connection (`--flow {}`), new process, vs the trace index | {:.4} s | {:.4} s | {:.1}× | ≥ 10× |",
+        flow.id,
+        t_flow.as_secs_f64(),
+        t_idx.as_secs_f64(),
+        t_idx.as_secs_f64() / t_flow.as_secs_f64()
+    );
+    println!(
+        "| the same connection vs tcpdump | {:.4} s | {:.2} s | {:.0}× | |",
+        t_flow.as_secs_f64(),
+        t_dump.as_secs_f64(),
+        t_dump.as_secs_f64() / t_flow.as_secs_f64()
+    );
+    // An absent host against the number of segments.
+    let small = dir.join("trace-1M.pcap");
+    if !small.exists() {
+        gen_file(&small, &GenOptions { packets: 1_000_000, ..GenOptions::default() })?;
+    }
+    let small_bytes = std::fs::metadata(&small)?.len();
+    let absent = Need::Pred(Pred::range(Field::Ip4Src, 0x0aff_fe01, 0x0aff_fe01));
+    let absent = Need::or(vec![absent, Need::Pred(Pred::range(Field::Ip4Dst, 0x0aff_fe01, 0x0aff_fe01))]);
+    for segs in [10u64, 100, 1000] {
+        let d = dir.join(format!("store-1M-{segs}"));
+        let _ = std::fs::remove_dir_all(&d);
+        let seg_size = (small_bytes / segs).max(64 << 10);
+        let st = Command::new(&bin)
+            .arg("import")
+            .arg(&small)
+            .arg("--store")
+            .arg(&d)
+            .args(["--segment-size", &seg_size.to_string()])
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("import into {} failed", d.display());
+        }
+        let (t_open, store) = best(3, || Store::open(&d));
+        let store = store?;
+        let (t_q, r) = best(20, || store.query(&absent, &mut |_| true));
+        let st = r?;
+        let t_cold = command_time(5, Command::new(&bin).arg("query").arg(&d).args(["host 10.255.254.1", "--count"]))?;
+        println!(
+            "| absent host, {} segments ({} read past stage 1): in memory / store open / new process | {:.3} ms / {:.1} ms / {:.1} ms | | | flat, ≤ 2 ms |",
+            store.segments().len(),
+            st.stage1_passed,
+            t_q.as_secs_f64() * 1e3,
+            t_open.as_secs_f64() * 1e3,
+            t_cold.as_secs_f64() * 1e3
+        );
+    }
+    println!();
+    Ok(())
 }

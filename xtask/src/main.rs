@@ -21,7 +21,7 @@ commands:
   demo            generate a small trace in example/ and run `pcaptool info`, `query` and `index` on it
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
-  bench [--size BYTES[K|M|G]] [--keep]
+  bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store]
                   side-by-side benchmark of pcaptool and tcpdump on a generated trace";
 
 fn main() -> anyhow::Result<()> {

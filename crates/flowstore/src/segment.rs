@@ -629,6 +629,11 @@ impl Stage1 {
         self.stage2_len + self.positions_len
     }
 
+    /// Bytes of the original-order positions (the rest of the index is the flow index proper).
+    pub fn positions_bytes(&self) -> u64 {
+        self.positions_len
+    }
+
     /// Whether the segment may hold a packet satisfying `need` (false only when it cannot).
     pub fn may_match(&self, need: &Need) -> bool {
         need_may(need, &|p| self.pred_may(p))
