@@ -167,6 +167,19 @@ fn imports_flows_info_and_retention() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("no flow 999999999"), "{}", err(&o));
 
+    // A time window: the store's answer equals a scan of the trace cut to the window by `pcaptool convert`.
+    let cut = tmp.join("window.pcap");
+    let (after, before) = ("1700000000.02", "1700000000.07");
+    assert!(pcaptool(&["convert", p(&a), p(&cut), "--after", after, "--before", before]).status.success());
+    let s = tmp.join("window-scan.pcap");
+    assert!(pcaptool(&["query", "--scan", p(&cut), "tcp", "-w", p(&s)]).status.success());
+    let o = pcaptool(&["query", p(&dir), "tcp", "--after", after, "--before", before, "-w", p(&out)]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!records(&s).is_empty());
+    assert_eq!(records(&out), records(&s), "the time window");
+    let o = pcaptool(&["query", p(&a), "tcp", "--after", after, "-w", p(&out)]);
+    assert_eq!(o.status.code(), Some(1), "a trace has no time window option");
+
     // A second trace: the store answers as the concatenation.
     import(&b);
     let o = pcaptool(&["query", p(&dir), "tcp port 443", "-w", p(&out)]);

@@ -737,24 +737,28 @@ impl Stage2 {
         slots
     }
 
-    /// The flows an exact address or port condition allows (`None`: the arrays cannot narrow it).
+    /// The flows an address or port condition allows, found by binary search (exact values, CIDR prefixes and
+    /// ranges: the arrays sort addresses by family then value); `None`: the arrays cannot narrow it.
     fn lookup(&self, need: &Need) -> Option<Vec<usize>> {
         match need {
-            Need::Pred(p) if p.mask == u128::MAX && p.lo == p.hi => {
-                let key = match p.field {
-                    Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => v4_key(p.lo),
-                    Field::Ip6Src | Field::Ip6Dst => v6_key(p.lo),
+            Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => {
+                let (lo, hi) = match p.field {
+                    Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if p.hi <= u128::from(u32::MAX) => {
+                        (v4_key(p.lo), v4_key(p.hi))
+                    }
+                    Field::Ip6Src | Field::Ip6Dst => (v6_key(p.lo), v6_key(p.hi)),
                     Field::SrcPort | Field::DstPort => {
-                        let port = u16::try_from(p.lo).ok()?;
-                        let from = self.ports.partition_point(|e| e.0 < port);
-                        return Some(
-                            self.ports[from..].iter().take_while(|e| e.0 == port).map(|e| e.1 as usize).collect(),
-                        );
+                        let lo = u16::try_from(p.lo).ok()?;
+                        let hi = u16::try_from(p.hi.min(0xffff)).ok()?;
+                        let from = self.ports.partition_point(|e| e.0 < lo);
+                        let to = self.ports.partition_point(|e| e.0 <= hi);
+                        return Some(self.ports[from..to.max(from)].iter().map(|e| e.1 as usize).collect());
                     }
                     _ => return None,
                 };
-                let from = self.addrs.partition_point(|e| e.0 < key);
-                Some(self.addrs[from..].iter().take_while(|e| e.0 == key).map(|e| e.1 as usize).collect())
+                let from = self.addrs.partition_point(|e| e.0 < lo);
+                let to = self.addrs.partition_point(|e| e.0 <= hi);
+                Some(self.addrs[from..to.max(from)].iter().map(|e| e.1 as usize).collect())
             }
             Need::And(v) => {
                 let sets: Vec<Vec<usize>> = v.iter().filter_map(|n| self.lookup(n)).collect();

@@ -63,7 +63,7 @@ pub(crate) struct Args {
     before: Option<u64>,
 }
 
-fn parse_time_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_time_arg(s: &str) -> Result<u64, String> {
     parse_time(s).map_err(|e| e.to_string())
 }
 

@@ -52,6 +52,12 @@ pub(crate) struct Args {
     /// Print counts and explanations as JSON.
     #[arg(long)]
     json: bool,
+    /// With a flow store: only packets at or after this time (RFC 3339 or epoch seconds).
+    #[arg(long, value_parser = crate::cmd::convert::parse_time_arg)]
+    after: Option<u64>,
+    /// With a flow store: only packets before this time.
+    #[arg(long, value_parser = crate::cmd::convert::parse_time_arg)]
+    before: Option<u64>,
     /// With a flow store (TRACE is its directory): the packets of this flow (an id from `pcaptool flows`), in
     /// order, with one read per segment it spans.
     #[arg(long, value_name = "ID")]
@@ -74,6 +80,8 @@ impl Args {
             scan: false,
             json: false,
             flow: None,
+            after: None,
+            before: None,
             threads: None,
         }
     }
@@ -160,18 +168,32 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "say what to do with the matches: -w FILE to write them (- for standard output), --count, or --explain"
             );
         }
+        if let (Some(a), Some(b)) = (args.after, args.before)
+            && a >= b
+        {
+            bail!("--after must be earlier than --before: the window is empty");
+        }
         return crate::cmd::store::query(
             &args.trace,
             filter.as_ref(),
-            args.flow,
-            args.write.as_deref(),
-            args.count,
-            args.limit,
-            args.explain,
+            &crate::cmd::store::QueryOpts {
+                flow: args.flow,
+                write: args.write.as_deref(),
+                count: args.count,
+                limit: args.limit,
+                explain: args.explain,
+                after: args.after,
+                before: args.before,
+            },
         );
     }
     if args.flow.is_some() {
         bail!("--flow needs a flow store: {} is not a directory (see `pcaptool import`)", args.trace.display());
+    }
+    if args.after.is_some() || args.before.is_some() {
+        bail!(
+            "--after/--before select a time window of a flow store; for a trace, cut it with `pcaptool convert --after/--before` or use tcpdump's time-free filter"
+        );
     }
     let filter = Filter::new(&text).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?;
     if args.write.is_none() && !args.count && !args.explain {

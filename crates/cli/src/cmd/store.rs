@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use pcaptool_flowstore::{Flow, ImportOptions, Store};
-use pcaptool_packet::{Need, PcapWriter};
+use pcaptool_packet::{Field, Need, PcapWriter, Pred};
 use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
 
@@ -103,21 +103,35 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
+/// What `pcaptool query DIR` was asked besides the filter.
+pub(crate) struct QueryOpts<'a> {
+    pub(crate) flow: Option<u64>,
+    pub(crate) write: Option<&'a Path>,
+    pub(crate) count: bool,
+    pub(crate) limit: Option<u64>,
+    pub(crate) explain: bool,
+    /// Packets at or after this time (ns).
+    pub(crate) after: Option<u64>,
+    /// Packets before this time (ns).
+    pub(crate) before: Option<u64>,
+}
+
 /// `pcaptool query DIR FILTER` (or `--flow ID`): the store's packets the filter matches, in the original order.
-pub(crate) fn query(
-    dir: &Path,
-    filter: Option<&Filter>,
-    flow: Option<u64>,
-    write: Option<&Path>,
-    count: bool,
-    limit: Option<u64>,
-    explain: bool,
-) -> anyhow::Result<ExitCode> {
+pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> anyhow::Result<ExitCode> {
+    let QueryOpts { flow, write, count, limit, explain, after, before } = *o;
     let store = open_store(dir)?;
     let Some(meta) = store.meta() else {
         bail!("the store {} holds no packets: import traces with `pcaptool import`", dir.display())
     };
-    let need = filter.map_or(Need::All, necessary);
+    let mut need = filter.map_or(Need::All, necessary);
+    if after.is_some() || before.is_some() {
+        let window = Pred::range(
+            Field::Time,
+            u128::from(after.unwrap_or(0)),
+            before.map_or(u128::from(u64::MAX), |b| u128::from(b.saturating_sub(1))),
+        );
+        need = Need::and(vec![need, Need::Pred(window)]);
+    }
     if explain {
         let mut passed = 0;
         let (mut flows, mut bytes) = (0u64, 0u64);
@@ -167,6 +181,9 @@ pub(crate) fn query(
     let mut matched = 0u64;
     let mut failure: Option<anyhow::Error> = None;
     let mut each = |ts: u64, wirelen: u32, data: &[u8]| -> bool {
+        if after.is_some_and(|a| ts < a) || before.is_some_and(|b| ts >= b) {
+            return true;
+        }
         let data = &data[..data.len().min(snap)];
         if matcher.as_mut().is_some_and(|m| !m.matches(data, wirelen, ts)) {
             return true;
