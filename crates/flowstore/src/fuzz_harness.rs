@@ -107,6 +107,14 @@ fn exercise(index: &Path, data: &Path) {
             Need::Pred(Pred::range(Field::Time, 1_700_000_000_000_500_000, 1_700_000_000_002_000_000)),
         ]),
     ];
+    for id in [0u64, 1, 7, 500, u64::MAX] {
+        let _ = seg.stage1.may_hold_flow(id);
+        if let Ok(Some((e, seqs))) = seg.find_flow(id)
+            && let Ok(file) = std::fs::File::open(data)
+        {
+            let _ = seg.read_entry(&file, &e, seqs, &mut Vec::new(), &mut |_| {});
+        }
+    }
     let Ok(s2) = seg.stage2() else { return };
     let Ok(file) = std::fs::File::open(data) else { return };
     let mut buf = Vec::new();

@@ -10,7 +10,9 @@ use std::net::IpAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use pcaptool_packet::{Field, FieldValue, FlowKey, IpProto, LinkType, Need, PacketFields, Pred, TsPrecision};
+use pcaptool_packet::{
+    Field, FieldValue, FlowKey, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bloom::Bloom;
@@ -310,6 +312,10 @@ impl SegmentWriter {
         for p in &self.ports {
             port_bloom.insert(&p.to_be_bytes());
         }
+        let mut id_bloom = Bloom::with_rate(nslots - 1, BLOOM_FPR);
+        for sf in self.slots.iter().skip(1) {
+            id_bloom.insert(&sf.flow.id.to_le_bytes());
+        }
         let ids = self.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
         let stage1 = Stage1 {
             number,
@@ -326,6 +332,7 @@ impl SegmentWriter {
             unknown_fields: self.unknown_fields,
             addr_bloom,
             port_bloom,
+            id_bloom,
             stage2_len: 0,
             positions_len: 0,
         };
@@ -381,6 +388,14 @@ impl SegmentWriter {
         for (p, s) in &port_index {
             s2.extend_from_slice(&p.to_le_bytes());
             s2.extend_from_slice(&s.to_le_bytes());
+        }
+        let mut id_index: Vec<(u64, u32)> =
+            self.slots.iter().enumerate().skip(1).map(|(slot, sf)| (sf.flow.id, slot as u32)).collect();
+        id_index.sort_unstable();
+        s2.extend_from_slice(&(id_index.len() as u32).to_le_bytes());
+        for (id, slot) in &id_index {
+            s2.extend_from_slice(&id.to_le_bytes());
+            s2.extend_from_slice(&slot.to_le_bytes());
         }
         seal(&mut s2);
         seal(&mut positions);
@@ -533,6 +548,7 @@ pub struct Stage1 {
     pub unknown_fields: bool,
     addr_bloom: Bloom,
     port_bloom: Bloom,
+    id_bloom: Bloom,
     stage2_len: u64,
     positions_len: u64,
 }
@@ -560,7 +576,7 @@ impl Stage1 {
         for v in [self.flow_min, self.flow_max, self.stage2_len, self.positions_len] {
             o.extend_from_slice(&v.to_le_bytes());
         }
-        for b in [&self.addr_bloom, &self.port_bloom] {
+        for b in [&self.addr_bloom, &self.port_bloom, &self.id_bloom] {
             o.extend_from_slice(&b.k().to_le_bytes());
             o.extend_from_slice(&(b.words().len() as u32).to_le_bytes());
             for w in b.words() {
@@ -601,6 +617,7 @@ impl Stage1 {
         };
         let addr_bloom = bloom(&mut r)?;
         let port_bloom = bloom(&mut r)?;
+        let id_bloom = bloom(&mut r)?;
         if r.at != b.len() {
             return Err("bytes after stage 1".into());
         }
@@ -619,6 +636,7 @@ impl Stage1 {
             unknown_fields,
             addr_bloom,
             port_bloom,
+            id_bloom,
             stage2_len,
             positions_len,
         })
@@ -632,6 +650,11 @@ impl Stage1 {
     /// Bytes of the original-order positions (the rest of the index is the flow index proper).
     pub fn positions_bytes(&self) -> u64 {
         self.positions_len
+    }
+
+    /// Whether the segment may hold packets of flow `id` (its id range and a Bloom filter of its flow ids).
+    pub fn may_hold_flow(&self, id: u64) -> bool {
+        (self.flow_min..=self.flow_max).contains(&id) && self.id_bloom.may_contain(&id.to_le_bytes())
     }
 
     /// Whether the segment may hold a packet satisfying `need` (false only when it cannot).
@@ -717,6 +740,8 @@ pub struct Stage2 {
     pub flows: Vec<FlowEntry>,
     addrs: Vec<([u8; 17], u32)>,
     ports: Vec<(u16, u32)>,
+    /// Flow ids and their slots, by id.
+    ids: Vec<(u64, u32)>,
     positions: Vec<u8>,
 }
 
@@ -778,16 +803,56 @@ impl Stage2 {
     /// The original-order positions of flow `slot`'s packets, in its data order.
     pub fn positions(&self, slot: usize) -> Result<Vec<u64>, String> {
         let e = &self.flows[slot];
-        let mut at = usize::try_from(e.positions_at).map_err(|_| "positions offset")?;
-        let mut out = Vec::with_capacity((e.packets as usize).min(self.positions.len()));
-        let mut last = 0u64;
-        for i in 0..e.packets {
-            let v = get_varint(&self.positions, &mut at).ok_or("positions truncated")?;
-            last = if i == 0 { v } else { last.checked_add(v).ok_or("position overflows")? };
-            out.push(last);
-        }
-        Ok(out)
+        decode_positions(&self.positions, e.positions_at, e.packets)
     }
+
+    /// The slot of flow `id`, if the segment holds part of it (binary search in the id array).
+    pub fn slot_of(&self, id: u64) -> Option<usize> {
+        let i = self.ids.binary_search_by_key(&id, |e| e.0).ok()?;
+        Some(self.ids[i].1 as usize)
+    }
+}
+
+/// Reads one flow entry; returns it and its kind byte.
+fn decode_entry(r: &mut Rd<'_>) -> Result<(FlowEntry, u8), String> {
+    let id = r.u64()?;
+    let (lo, hi) = (r.addr()?, r.addr()?);
+    let (lo_port, hi_port, vlan) = (r.u16()?, r.u16()?, r.u16()?);
+    let proto = r.u8()?;
+    let kind = r.u8()?;
+    let orig_is_lo = r.u8()? != 0;
+    let state = ConnState::from_code(r.u8()?).ok_or("connection state code")?;
+    let (of, rf) = (r.u8()?, r.u8()?);
+    let (first_ns, last_ns, op, ob, opl, rp) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let (rb, rpl, data_offset, data_len, positions_at) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let n = r.u32()?;
+    r.take(4)?;
+    let key = FlowKey { lo_addr: ip_of(&lo), hi_addr: ip_of(&hi), lo_port, hi_port, proto: IpProto(proto), vlan };
+    let side = |packets, bytes, payload, flags| Side { packets, bytes, payload, flags };
+    let flow = Flow {
+        id,
+        key,
+        orig_is_lo,
+        first_ns,
+        last_ns,
+        orig: side(op, ob, opl, of),
+        resp: side(rp, rb, rpl, rf),
+        state,
+    };
+    Ok((FlowEntry { flow, data_offset, data_len, packets: n, positions_at }, kind))
+}
+
+/// The original-order positions of a flow of `packets` packets whose varints start at `at` of `positions`.
+fn decode_positions(positions: &[u8], at: u64, packets: u32) -> Result<Vec<u64>, String> {
+    let mut at = usize::try_from(at).map_err(|_| "positions offset")?;
+    let mut out = Vec::with_capacity((packets as usize).min(positions.len()));
+    let mut last = 0u64;
+    for i in 0..packets {
+        let v = get_varint(positions, &mut at).ok_or("positions truncated")?;
+        last = if i == 0 { v } else { last.checked_add(v).ok_or("position overflows")? };
+        out.push(last);
+    }
+    Ok(out)
 }
 
 /// A packet read back from a store.
@@ -868,45 +933,16 @@ impl Segment {
             let mut next_data = 24u64;
             let mut packets = 0u64;
             for slot in 0..nflows {
-                let id = r.u64()?;
-                let (lo, hi) = (r.addr()?, r.addr()?);
-                let (lo_port, hi_port, vlan) = (r.u16()?, r.u16()?, r.u16()?);
-                let proto = r.u8()?;
-                let kind = r.u8()?;
-                let orig_is_lo = r.u8()? != 0;
-                let state = ConnState::from_code(r.u8()?).ok_or("connection state code")?;
-                let (of, rf) = (r.u8()?, r.u8()?);
-                let (first_ns, last_ns, op, ob, opl, rp) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let (rb, rpl, data_offset, data_len, positions_at) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let n = r.u32()?;
-                r.take(4)?;
+                let (e, kind) = decode_entry(&mut r)?;
                 if (kind == 0) != (slot == 0) || kind > 1 {
                     return Err(format!("flow entry {slot}: kind {kind}"));
                 }
-                if n > 0 && data_offset != next_data {
+                if e.packets > 0 && e.data_offset != next_data {
                     return Err(format!("flow entry {slot}: its packets are not where the previous flow's end"));
                 }
-                next_data = next_data.checked_add(data_len).ok_or("flow lengths overflow")?;
-                packets += u64::from(n);
-                let key =
-                    FlowKey { lo_addr: ip_of(&lo), hi_addr: ip_of(&hi), lo_port, hi_port, proto: IpProto(proto), vlan };
-                let side = |packets, bytes, payload, flags| Side { packets, bytes, payload, flags };
-                flows.push(FlowEntry {
-                    flow: Flow {
-                        id,
-                        key,
-                        orig_is_lo,
-                        first_ns,
-                        last_ns,
-                        orig: side(op, ob, opl, of),
-                        resp: side(rp, rb, rpl, rf),
-                        state,
-                    },
-                    data_offset,
-                    data_len,
-                    packets: n,
-                    positions_at,
-                });
+                next_data = next_data.checked_add(e.data_len).ok_or("flow lengths overflow")?;
+                packets += u64::from(e.packets);
+                flows.push(e);
             }
             if next_data != self.stage1.bytes || packets != self.stage1.packets {
                 return Err("the flows do not tile the data file".into());
@@ -930,13 +966,26 @@ impl Segment {
                 }
                 ports.push((p, s));
             }
+            let ni = r.u32()? as usize;
+            if ni != nflows - 1 {
+                return Err(format!("{ni} flow ids for {} flows", nflows - 1));
+            }
+            let mut ids = Vec::with_capacity(ni.min(s2.len() / 12));
+            for _ in 0..ni {
+                let id = r.u64()?;
+                let s = r.u32()?;
+                if s == 0 || s as usize >= nflows || flows[s as usize].flow.id != id {
+                    return Err(format!("the id array names flow {id} in slot {s}"));
+                }
+                ids.push((id, s));
+            }
             if r.at != s2.len() {
                 return Err("bytes after the sorted arrays".into());
             }
-            if !addrs.is_sorted() || !ports.is_sorted() {
-                return Err("the address or port array is not sorted".into());
+            if !addrs.is_sorted() || !ports.is_sorted() || !ids.is_sorted() {
+                return Err("the address, port or id array is not sorted".into());
             }
-            Ok(Stage2 { flows, addrs, ports, positions })
+            Ok(Stage2 { flows, addrs, ports, ids, positions })
         };
         parse().map_err(|why| self.corrupt(at2, &why))
     }
@@ -960,6 +1009,66 @@ impl Segment {
             return Ok(());
         }
         let seqs = s2.positions(slot).map_err(|why| self.corrupt(0, &why))?;
+        self.read_entry(data, e, seqs, buf, f)
+    }
+
+    /// Finds flow `id` without reading the whole flow table: the index is mapped, its checksums checked, the
+    /// id array binary-searched and the one entry and its positions decoded. `None` if the segment has no part
+    /// of the flow.
+    pub fn find_flow(&self, id: u64) -> Result<Option<(FlowEntry, Vec<u64>)>, StoreError> {
+        let map = MappedFile::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
+        let b = map.bytes();
+        let s1_len = b.get(8..12).map_or(0, |h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize);
+        let at2 = HEADER_LEN + s1_len;
+        let len2 = usize::try_from(self.stage1.stage2_len).map_err(|_| self.corrupt(at2 as u64, "stage 2 size"))?;
+        let (Some(b2), Some(bp)) = (b.get(at2..at2.saturating_add(len2)), b.get(at2.saturating_add(len2)..)) else {
+            return Err(self.corrupt(at2 as u64, "stage 2 lies past the end of the file"));
+        };
+        let s2 = unseal(b2, &self.index, at2 as u64, "stage 2")?;
+        let positions = unseal(bp, &self.index, (at2 + len2) as u64, "positions")?;
+        let find = || -> Result<Option<(FlowEntry, Vec<u64>)>, String> {
+            let nflows = self.stage1.flows as usize + 1;
+            let mut r = Rd { b: s2, at: nflows.checked_mul(FLOW_ENTRY).ok_or("flow table size")? };
+            let (na, np) = (r.u32()? as usize, r.u32()? as usize);
+            r.take(na.checked_mul(21).ok_or("address array size")?)?;
+            r.take(np.checked_mul(6).ok_or("port array size")?)?;
+            let ni = r.u32()? as usize;
+            let ids = r.take(ni.checked_mul(12).ok_or("id array size")?)?;
+            let id_at = |i: usize| u64::from_le_bytes(ids[i * 12..i * 12 + 8].try_into().unwrap_or([0; 8]));
+            let (mut lo, mut hi) = (0usize, ni);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if id_at(mid) < id { lo = mid + 1 } else { hi = mid }
+            }
+            if lo == ni || id_at(lo) != id {
+                return Ok(None);
+            }
+            let slot = u32::from_le_bytes(ids[lo * 12 + 8..lo * 12 + 12].try_into().unwrap_or([0; 4])) as usize;
+            if slot == 0 || slot >= nflows {
+                return Err(format!("the id array names slot {slot}"));
+            }
+            let (e, kind) = decode_entry(&mut Rd { b: s2, at: slot * FLOW_ENTRY })?;
+            if kind != 1 || e.flow.id != id {
+                return Err(format!("flow entry {slot} is not flow {id}"));
+            }
+            let seqs = decode_positions(positions, e.positions_at, e.packets)?;
+            Ok(Some((e, seqs)))
+        };
+        find().map_err(|why| self.corrupt(at2 as u64, &why))
+    }
+
+    /// Reads the packets of entry `e` (original-order positions `seqs`) with one read of the data file.
+    pub fn read_entry(
+        &self,
+        data: &File,
+        e: &FlowEntry,
+        seqs: Vec<u64>,
+        buf: &mut Vec<u8>,
+        f: &mut dyn FnMut(&StoredPacket<'_>),
+    ) -> Result<(), StoreError> {
+        if e.packets == 0 {
+            return Ok(());
+        }
         let file_len = data.metadata().map_err(|err| StoreError::io(&self.data, err))?.len();
         if e.data_offset.checked_add(e.data_len).is_none_or(|end| end > file_len) {
             return Err(StoreError::Corrupt {

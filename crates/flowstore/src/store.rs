@@ -303,12 +303,11 @@ impl Store {
     pub fn flow(&self, id: u64, f: &mut dyn FnMut(&StoredPacket<'_>)) -> Result<bool, StoreError> {
         let mut found = false;
         let mut buf = Vec::new();
-        for seg in self.segments.iter().filter(|s| (s.stage1.flow_min..=s.stage1.flow_max).contains(&id)) {
-            let s2 = seg.stage2()?;
-            if let Some(slot) = s2.flows.iter().position(|e| e.flow.id == id) {
+        for seg in self.segments.iter().filter(|s| s.stage1.may_hold_flow(id)) {
+            if let Some((entry, seqs)) = seg.find_flow(id)? {
                 found = true;
                 let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
-                seg.read_flow(&data, &s2, slot, &mut buf, f)?;
+                seg.read_entry(&data, &entry, seqs, &mut buf, f)?;
             }
         }
         Ok(found)
