@@ -897,13 +897,19 @@ impl Segment {
             return Err(corrupt(0, "header checksum mismatch".into()));
         }
         let s1_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        let have = f.metadata().map_err(|e| StoreError::io(&index, e))?.len();
+        if (HEADER_LEN + s1_len) as u64 > have {
+            return Err(corrupt(HEADER_LEN as u64, format!("stage 1 of {s1_len} bytes does not fit in the file")));
+        }
         let mut s1 = vec![0u8; s1_len];
         f.read_exact_at(&mut s1, HEADER_LEN as u64)
             .map_err(|_| corrupt(HEADER_LEN as u64, "stage 1 truncated".into()))?;
         let body = unseal(&s1, &index, HEADER_LEN as u64, "stage 1")?;
         let stage1 = Stage1::decode(body).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
-        let want = HEADER_LEN as u64 + s1_len as u64 + stage1.stage2_len + stage1.positions_len;
-        let have = f.metadata().map_err(|e| StoreError::io(&index, e))?.len();
+        let want = (HEADER_LEN as u64 + s1_len as u64)
+            .checked_add(stage1.stage2_len)
+            .and_then(|w| w.checked_add(stage1.positions_len))
+            .unwrap_or(u64::MAX);
         if have != want {
             return Err(corrupt(have.min(want), format!("{have} bytes, its stages say {want}")));
         }
