@@ -15,8 +15,7 @@ use pcaptool_tests::libpcap::{self, Handle, Program};
 use pcaptool_tests::{corpus_dir, corpus_files, repo_root};
 
 fn table() -> Vec<String> {
-    let text = std::fs::read_to_string(repo_root().join("tests/filters.txt")).expect("read tests/filters.txt");
-    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    pcaptool_tests::filter_table()
 }
 
 struct Packet {

@@ -15,8 +15,7 @@ use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root,
 use xtask::tracegen::{GenOptions, generate};
 
 fn table() -> Vec<String> {
-    let text = std::fs::read_to_string(repo_root().join("tests/filters.txt")).expect("read tests/filters.txt");
-    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    pcaptool_tests::filter_table()
 }
 
 fn traces(step: usize) -> Vec<PathBuf> {
@@ -135,13 +134,7 @@ fn index_selects_every_match_on_every_trace() {
 }
 
 fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
-    let mut r = TraceReader::open(path).unwrap();
-    let mut v = Vec::new();
-    while let Some(rec) = r.next_record() {
-        let rec = rec.unwrap();
-        v.push((rec.ts_ns / 1000, rec.wirelen, rec.data.to_vec()));
-    }
-    v
+    pcaptool_tests::records_us(path)
 }
 
 /// Through the binary: indexed query == scan, byte for byte (and the same errors), on testdata and a sample of
@@ -197,9 +190,8 @@ fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
                 && k % 3 == 0
             {
                 let t = tmp.join(&format!("{n}-{k}-tcpdump.pcap"));
-                let o = Command::new(tcpdump).arg("-r").arg(&copy).arg("-w").arg(&t).arg(f).output().unwrap();
-                if o.status.success() && !err(&o).contains("truncated") {
-                    assert_eq!(records(&a), records(&t), "{}: `{f}`: indexed output vs tcpdump", trace.display());
+                if let Some(theirs) = pcaptool_tests::tcpdump_records(tcpdump, &copy, f, &t) {
+                    assert_eq!(records(&a), theirs, "{}: `{f}`: indexed output vs tcpdump", trace.display());
                     with_tcpdump += 1;
                 }
             }

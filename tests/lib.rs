@@ -112,3 +112,28 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The filters of the shared table (tests/filters.txt), comments and blank lines left out.
+pub fn filter_table() -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join("tests/filters.txt")).expect("read tests/filters.txt");
+    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+}
+
+/// Timestamp in µs (tcpdump writes µs), wire length and bytes of every record of a trace, to compare outputs
+/// whose containers or precisions differ.
+pub fn records_us(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
+    let mut r = pcaptool_packet::TraceReader::open(path).unwrap();
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        v.push((rec.ts_ns / 1000, rec.wirelen, rec.data.to_vec()));
+    }
+    v
+}
+
+/// The records (as [`records_us`]) tcpdump writes for `filter` on `trace` into `out`, if it reads the whole trace
+/// (not when it fails or reports a truncated file).
+pub fn tcpdump_records(tcpdump: &Path, trace: &Path, filter: &str, out: &Path) -> Option<Vec<(u64, u32, Vec<u8>)>> {
+    let o = Command::new(tcpdump).arg("-r").arg(trace).arg("-w").arg(out).arg(filter).output().ok()?;
+    (o.status.success() && !String::from_utf8_lossy(&o.stderr).contains("truncated")).then(|| records_us(out))
+}

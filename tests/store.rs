@@ -24,19 +24,11 @@ fn err(out: &Output) -> String {
 }
 
 fn table() -> Vec<String> {
-    let text = std::fs::read_to_string(repo_root().join("tests/filters.txt")).expect("read tests/filters.txt");
-    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    pcaptool_tests::filter_table()
 }
 
-/// Timestamp (µs: tcpdump writes µs), wire length and bytes of every record.
 fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
-    let mut r = TraceReader::open(path).unwrap();
-    let mut v = Vec::new();
-    while let Some(rec) = r.next_record() {
-        let rec = rec.unwrap();
-        v.push((rec.ts_ns / 1000, rec.wirelen, rec.data.to_vec()));
-    }
-    v
+    pcaptool_tests::records_us(path)
 }
 
 fn gen_trace(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
@@ -107,9 +99,8 @@ fn store_queries_write_what_the_scan_and_tcpdump_write() {
                 && k % 2 == 0
             {
                 let t = tmp.join(&format!("{n}-{k}-tcpdump.pcap"));
-                let o = Command::new(tcpdump).arg("-r").arg(trace).arg("-w").arg(&t).arg(f).output().unwrap();
-                if o.status.success() && !err(&o).contains("truncated") {
-                    assert_eq!(records(&a), records(&t), "{}: `{f}`: store vs tcpdump", trace.display());
+                if let Some(theirs) = pcaptool_tests::tcpdump_records(tcpdump, trace, f, &t) {
+                    assert_eq!(records(&a), theirs, "{}: `{f}`: store vs tcpdump", trace.display());
                     with_tcpdump += 1;
                 }
             }

@@ -95,6 +95,15 @@ pub(crate) struct Matchers<'f> {
 }
 
 impl Matchers<'_> {
+    /// Whether a record matches, by the filter compiled for its link type (compile every link type first).
+    fn decider(&self) -> impl Fn(&Record<'_>) -> bool + Sync + '_ {
+        let compiled = &self.compiled;
+        move |r: &Record<'_>| {
+            let lt = r.linktype.base();
+            compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
+        }
+    }
+
     pub(crate) fn get(&mut self, lt: LinkType) -> anyhow::Result<&Matcher> {
         let lt = lt.base();
         if let Some(i) = self.compiled.iter().position(|(l, _)| *l == lt) {
@@ -414,11 +423,7 @@ fn scan(
             for lt in &lts {
                 matchers.get(*lt)?;
             }
-            let compiled = &matchers.compiled;
-            let decide = |r: &Record<'_>| {
-                let lt = r.linktype.base();
-                compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
-            };
+            let decide = matchers.decider();
             batch.par_iter().with_min_len(1024).map(decide).collect_into_vec(&mut hits);
             for (rec, hit) in batch.iter().zip(&hits) {
                 stats.scanned += 1;
@@ -545,26 +550,10 @@ fn scan_chunks(
     args: &Args,
 ) -> anyhow::Result<Stats> {
     let snap = snapshot(reader);
-    let file = view.file();
     let bytes = reader.as_bytes().context("a mapped trace")?;
     let mut stats = Stats { scanned: view.packets(), matched: 0, candidates: None, from_index: None, damage: None };
-    let seeker = Seeker::new(bytes, file.structure())
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{} does not describe {}: {e}; rebuild it with `pcaptool index`",
-                file.path().display(),
-                args.trace.display()
-            )
-        })?
-        .with_path(&args.trace);
-    for i in seeker.interfaces() {
-        matchers.get(i.linktype)?;
-    }
-    let compiled = &matchers.compiled;
-    let decide = |r: &Record<'_>| {
-        let lt = r.linktype.base();
-        compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
-    };
+    let seeker = index_seeker(bytes, view, &args.trace, matchers)?;
+    let decide = matchers.decider();
     let total = std::fs::metadata(&args.trace).ok().map(|m| m.len());
     let pb = progress::bytes(total, "query");
     let all: Vec<usize> = (0..view.chunks().len()).collect();
@@ -587,16 +576,50 @@ fn scan_chunks(
         emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), u64::MAX, &mut stats)?;
     }
     pb.finish_and_clear();
-    if let Some(off) = file.damage() {
-        match seeker.next_record_at(bytes, off) {
-            Err(e) => stats.damage = Some(e),
-            Ok(_) => bail!(
-                "{} says the trace is damaged at byte {off}, but it is not: rebuild it with `pcaptool index`",
-                file.path().display()
-            ),
-        }
-    }
+    stats.damage = index_damage(view, bytes, &seeker)?;
     Ok(stats)
+}
+
+/// A reader of the records of the mapped trace `bytes` at the offsets the index gives, with the filter compiled
+/// for every link type of the trace.
+fn index_seeker(
+    bytes: &[u8],
+    view: &IndexView<'_>,
+    trace: &std::path::Path,
+    matchers: &mut Matchers<'_>,
+) -> anyhow::Result<Seeker> {
+    let file = view.file();
+    let seeker = Seeker::new(bytes, file.structure())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{} does not describe {}: {e}; rebuild it with `pcaptool index`",
+                file.path().display(),
+                trace.display()
+            )
+        })?
+        .with_path(trace);
+    for i in seeker.interfaces() {
+        matchers.get(i.linktype)?;
+    }
+    Ok(seeker)
+}
+
+/// The damage the index says ended the trace, read again from the trace (an index claiming damage the trace
+/// does not have is refused).
+fn index_damage(
+    view: &IndexView<'_>,
+    bytes: &[u8],
+    seeker: &Seeker,
+) -> anyhow::Result<Option<pcaptool_packet::TraceError>> {
+    let file = view.file();
+    let Some(off) = file.damage() else { return Ok(None) };
+    match seeker.next_record_at(bytes, off) {
+        Err(e) => Ok(Some(e)),
+        Ok(_) => bail!(
+            "{} says the trace is damaged at byte {off}, but it is not: rebuild it with `pcaptool index`",
+            file.path().display()
+        ),
+    }
 }
 
 /// The index as the planner sees it.
@@ -649,23 +672,8 @@ fn indexed(
         if view.bytes_to_read(sel).saturating_mul(8) < bytes.len() as u64 {
             reader.advise_scattered_reads();
         }
-        let seeker = Seeker::new(bytes, file.structure())
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "{} does not describe {}: {e}; rebuild it with `pcaptool index`",
-                    file.path().display(),
-                    args.trace.display()
-                )
-            })?
-            .with_path(&args.trace);
-        for i in seeker.interfaces() {
-            matchers.get(i.linktype)?;
-        }
-        let compiled = &matchers.compiled;
-        let decide = |r: &Record<'_>| {
-            let lt = r.linktype.base();
-            compiled.iter().find(|(l, _)| *l == lt).is_some_and(|(_, m)| m.matches(r.data, r.wirelen, r.ts_ns))
-        };
+        let seeker = index_seeker(bytes, view, &args.trace, matchers)?;
+        let decide = matchers.decider();
         // Chunks in waves of one per thread, so that memory holds the matches of a few chunks at a time.
         for wave in sel.chunks.chunks(rayon::current_num_threads().max(1)) {
             let lists = wave
@@ -686,16 +694,8 @@ fn indexed(
                 break;
             }
         }
-        if let Some(off) = file.damage()
-            && stats.matched < limit
-        {
-            match seeker.next_record_at(bytes, off) {
-                Err(e) => stats.damage = Some(e),
-                Ok(_) => bail!(
-                    "{} says the trace is damaged at byte {off}, but it is not: rebuild it with `pcaptool index`",
-                    file.path().display()
-                ),
-            }
+        if stats.matched < limit {
+            stats.damage = index_damage(view, bytes, &seeker)?;
         }
         return Ok(stats);
     }
