@@ -183,6 +183,13 @@ fn imports_flows_info_and_retention() {
     }
     assert_eq!(records(&out), want, "two imports answer as their concatenation");
 
+    // A store that does not exist is not created by reading it.
+    let missing = tmp.join("missing-store");
+    let o = pcaptool(&["flows", p(&missing)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("is not a store directory") && err(&o).contains("pcaptool import"), "{}", err(&o));
+    assert!(!missing.exists());
+
     let o = pcaptool(&["info", p(&dir), "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(info["packets"], 12_000);

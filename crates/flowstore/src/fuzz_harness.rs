@@ -56,7 +56,7 @@ fn fixture() -> &'static Fixture {
         }
         std::fs::write(&trace, w.finish().expect("finish")).expect("write the fixture trace");
         let store_dir = dir.join("store");
-        let mut store = Store::open(&store_dir).expect("store");
+        let mut store = Store::create(&store_dir).expect("store");
         store.import(&trace, &ImportOptions::default(), &mut |_| {}).expect("import");
         let (data, index) = segment_paths(&store_dir, 0);
         let index = std::fs::read(index).expect("read the fixture index");

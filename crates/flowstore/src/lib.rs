@@ -15,7 +15,7 @@
 //! use pcaptool_flowstore::{ImportOptions, Store};
 //! use pcaptool_packet::Need;
 //!
-//! let mut store = Store::open(Path::new("store"))?;
+//! let mut store = Store::create(Path::new("store"))?;
 //! store.import(Path::new("trace.pcap"), &ImportOptions::default(), &mut |_| {})?;
 //! store.query(&Need::All, &mut |p| {
 //!     println!("{} {} {} {}", p.seq, p.ts_ns, p.wirelen, p.data.len());

@@ -72,11 +72,23 @@ fn segment_number(name: &str) -> Option<(u32, &str)> {
 }
 
 impl Store {
-    /// Opens the store in `dir`, creating the directory if it does not exist. An interrupted segment (files left
-    /// with a `.tmp` suffix, or an index whose data file never got its final name) is removed, and said so in
-    /// [`repairs`](Self::repairs): segments become visible only once complete, so no completed one is lost.
-    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+    /// Opens the store in `dir`, creating the directory if it does not exist (see [`open`](Self::open)).
+    pub fn create(dir: &Path) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        Store::open(dir)
+    }
+
+    /// Opens the store in `dir`, which must exist. An interrupted segment (files left with a `.tmp` suffix, or an
+    /// index whose data file never got its final name) is removed, and said so in [`repairs`](Self::repairs):
+    /// segments become visible only once complete, so no completed one is lost.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        if !dir.is_dir() {
+            return Err(StoreError::Refused(format!(
+                "{} is not a store directory: create one with `pcaptool import TRACE --store {}`",
+                dir.display(),
+                dir.display()
+            )));
+        }
         let mut repairs = Vec::new();
         let mut numbers: FxHashMap<u32, (bool, bool)> = FxHashMap::default();
         for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {

@@ -60,7 +60,11 @@ fn open_store(dir: &Path) -> anyhow::Result<Store> {
 }
 
 pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_store(&args.store)?;
+    let mut store =
+        Store::create(&args.store).with_context(|| format!("cannot open the store {}", args.store.display()))?;
+    for r in store.repairs() {
+        eprintln!("pcaptool: store {}: {r}", args.store.display());
+    }
     let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
     let mut code = ExitCode::SUCCESS;
     for trace in &args.traces {
