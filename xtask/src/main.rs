@@ -18,7 +18,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   gen OUT [--packets N] [--size BYTES[K|M|G]] [--seed S] [--clients N] [--servers N]
                   write a deterministic Ethernet trace (pcap, ns) to OUT
-  demo            generate a small trace in example/ and run `pcaptool info`, `query` and `index` on it
+  demo            generate a small trace in example/ and run `pcaptool info`, `query`, `index`, `import` and
+                  `flows` on it
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
   bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store]
@@ -136,6 +137,17 @@ fn demo() -> anyhow::Result<()> {
     let host = dir.join("host.pcap");
     run(Command::new(&bin).arg("query").arg(&trace).arg("host 10.0.3.130").arg("-w").arg(&host).arg("--count"))?;
     run(Command::new(&bin).arg("query").arg(&trace).arg("host 10.0.3.130").arg("--explain"))?;
+    let store = dir.join("store");
+    let _ = std::fs::remove_dir_all(&store);
+    eprintln!(
+        "\nimporting {} into a flow store (`pcaptool import`), then the same host's packets and flows from it:",
+        trace.display()
+    );
+    run(Command::new(&bin).arg("import").arg(&trace).arg("--store").arg(&store).args(["--segment-size", "1M"]))?;
+    run(Command::new(&bin).arg("query").arg(&store).arg("host 10.0.3.130").arg("-w").arg(&host).arg("--count"))?;
+    run(Command::new(&bin).arg("query").arg(&store).arg("host 10.0.3.130").arg("--explain"))?;
+    run(Command::new(&bin).arg("flows").arg(&store).arg("host 10.0.3.130"))?;
+    run(Command::new(&bin).arg("info").arg(&store))?;
     Ok(())
 }
 
