@@ -33,10 +33,11 @@ pub mod flow;
 #[doc(hidden)]
 pub mod fuzz_harness;
 pub mod segment;
+mod stage2;
 mod store;
 
 pub use bloom::Bloom;
 pub use error::StoreError;
 pub use flow::{ConnState, Flow, FlowTracker, Side};
-pub use segment::{Segment, Stage1, Stage2, StoreMeta, StoredPacket};
+pub use segment::{FlowEntry, Segment, Stage1, Stage2, StoreMeta, StoredPacket};
 pub use store::{ImportOptions, ImportStats, QueryStats, Store};

@@ -11,23 +11,23 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{
-    Field, FieldValue, FlowKey, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
+    Field, FieldValue, FlowKey, IpProto, LinkType, Need, PacketFields, Pred, TsPrecision,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bloom::Bloom;
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
+use crate::stage2::{self, Frame, SlotIn};
+pub use crate::stage2::{FlowEntry, Stage2};
 
 /// First bytes of a segment index.
 pub const MAGIC: [u8; 4] = *b"PTSG";
 /// Format version of segment indexes.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// False-positive rate the Bloom filters are sized for.
 pub const BLOOM_FPR: f64 = 0.01;
 const HEADER_LEN: usize = 24;
-/// Bytes of a flow entry in stage 2.
-const FLOW_ENTRY: usize = 150;
 
 /// What the packets of a store are: every segment records it, and imports must agree.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -97,7 +97,7 @@ pub struct SegmentWriter {
     unknown_fields: bool,
 }
 
-fn addr_key(a: IpAddr) -> [u8; 17] {
+pub(crate) fn addr_key(a: IpAddr) -> [u8; 17] {
     let mut k = [0u8; 17];
     match a {
         IpAddr::V4(v) => {
@@ -112,14 +112,14 @@ fn addr_key(a: IpAddr) -> [u8; 17] {
     k
 }
 
-fn v4_key(v: u128) -> [u8; 17] {
+pub(crate) fn v4_key(v: u128) -> [u8; 17] {
     let mut k = [0u8; 17];
     k[0] = 4;
     k[1..5].copy_from_slice(&(v as u32).to_be_bytes());
     k
 }
 
-fn v6_key(v: u128) -> [u8; 17] {
+pub(crate) fn v6_key(v: u128) -> [u8; 17] {
     let mut k = [0u8; 17];
     k[0] = 6;
     k[1..17].copy_from_slice(&v.to_be_bytes());
@@ -131,7 +131,7 @@ fn bloom_bytes(k: &[u8; 17]) -> &[u8] {
     if k[0] == 4 { &k[1..5] } else { &k[1..17] }
 }
 
-fn no_flow() -> Flow {
+pub(crate) fn no_flow() -> Flow {
     let zero = IpAddr::from([0u8; 4]);
     Flow {
         id: u64::MAX,
@@ -257,7 +257,19 @@ impl SegmentWriter {
     }
 
     fn write(mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
-        // Packets by flow, each flow's in original order (they arrived in it).
+        // Slots in flow-id order (slot 0, the packets of no flow, first), so that stage 2 finds an id by binary
+        // search; packets by slot, each flow's in original order (they arrived in it, and the sort is stable).
+        let mut by_id: Vec<u32> = (1..self.slots.len() as u32).collect();
+        by_id.sort_unstable_by_key(|&s| self.slots[s as usize].flow.id);
+        let mut new_slot = vec![0u32; self.slots.len()];
+        for (i, &s) in by_id.iter().enumerate() {
+            new_slot[s as usize] = i as u32 + 1;
+        }
+        for p in &mut self.packets {
+            p.slot = new_slot[p.slot as usize];
+        }
+        let mut old: Vec<Option<SlotFlow>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
+        self.slots = std::iter::once(0).chain(by_id.iter().map(|&s| s as usize)).filter_map(|s| old[s].take()).collect();
         let mut order: Vec<u32> = (0..self.packets.len() as u32).collect();
         order.sort_by_key(|&i| self.packets[i as usize].slot);
         let file = File::create(data_tmp).map_err(|e| StoreError::io(data_tmp, e))?;
@@ -272,19 +284,15 @@ impl SegmentWriter {
         w.write_all(&h).map_err(io)?;
         let mut at = 24u64;
         let nslots = self.slots.len();
-        let mut spans = vec![(0u64, 0u64, 0u32, 0u64); nslots]; // data offset, data len, packets, positions offset
+        let mut spans = vec![(0u64, 0u32, 0u64); nslots]; // data len, packets, positions bytes
         let mut positions = Vec::new();
         let mut last_seq = vec![0u64; nslots];
         for &i in &order {
             let p = self.packets[i as usize];
             let s = p.slot as usize;
-            if spans[s].2 == 0 {
-                spans[s].0 = at;
-                spans[s].3 = positions.len() as u64;
-                put_varint(&mut positions, p.seq);
-            } else {
-                put_varint(&mut positions, p.seq - last_seq[s]);
-            }
+            let before = positions.len();
+            put_varint(&mut positions, if spans[s].1 == 0 { p.seq } else { p.seq - last_seq[s] });
+            spans[s].2 += (positions.len() - before) as u64;
             last_seq[s] = p.seq;
             let mut rh = [0u8; 16];
             rh[0..4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
@@ -294,8 +302,8 @@ impl SegmentWriter {
             w.write_all(&rh).map_err(io)?;
             w.write_all(&self.buf[p.at..p.at + p.len as usize]).map_err(io)?;
             let rec = 16 + u64::from(p.len);
-            spans[s].1 += rec;
-            spans[s].2 += 1;
+            spans[s].0 += rec;
+            spans[s].1 += 1;
             at += rec;
         }
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
@@ -334,69 +342,18 @@ impl SegmentWriter {
             port_bloom,
             id_bloom,
             stage2_len: 0,
+            stage2_at: 0,
             positions_len: 0,
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
-        let mut s2 = Vec::with_capacity(nslots * FLOW_ENTRY);
-        for (slot, sf) in self.slots.iter().enumerate() {
-            let f = &sf.flow;
-            let (data_offset, data_len, packets, pos) = spans[slot];
-            s2.extend_from_slice(&f.id.to_le_bytes());
-            s2.extend_from_slice(&addr_key(f.key.lo_addr));
-            s2.extend_from_slice(&addr_key(f.key.hi_addr));
-            s2.extend_from_slice(&f.key.lo_port.to_le_bytes());
-            s2.extend_from_slice(&f.key.hi_port.to_le_bytes());
-            s2.extend_from_slice(&f.key.vlan.to_le_bytes());
-            s2.push(f.key.proto.0);
-            s2.push(sf.kind);
-            s2.push(u8::from(f.orig_is_lo));
-            s2.push(f.state as u8);
-            s2.push(f.orig.flags);
-            s2.push(f.resp.flags);
-            for v in [f.first_ns, f.last_ns, f.orig.packets, f.orig.bytes, f.orig.payload, f.resp.packets] {
-                s2.extend_from_slice(&v.to_le_bytes());
-            }
-            for v in [f.resp.bytes, f.resp.payload, data_offset, data_len, pos] {
-                s2.extend_from_slice(&v.to_le_bytes());
-            }
-            s2.extend_from_slice(&packets.to_le_bytes());
-            s2.extend_from_slice(&[0u8; 4]);
-            debug_assert_eq!(s2.len() % FLOW_ENTRY, 0);
-        }
-        let mut addr_index: Vec<([u8; 17], u32)> = Vec::with_capacity(2 * nslots);
-        let mut port_index: Vec<(u16, u32)> = Vec::with_capacity(2 * nslots);
-        for (slot, sf) in self.slots.iter().enumerate().skip(1) {
-            let k = &sf.flow.key;
-            addr_index.push((addr_key(k.lo_addr), slot as u32));
-            if k.hi_addr != k.lo_addr {
-                addr_index.push((addr_key(k.hi_addr), slot as u32));
-            }
-            port_index.push((k.lo_port, slot as u32));
-            if k.hi_port != k.lo_port {
-                port_index.push((k.hi_port, slot as u32));
-            }
-        }
-        addr_index.sort_unstable();
-        port_index.sort_unstable();
-        s2.extend_from_slice(&(addr_index.len() as u32).to_le_bytes());
-        s2.extend_from_slice(&(port_index.len() as u32).to_le_bytes());
-        for (a, s) in &addr_index {
-            s2.extend_from_slice(a);
-            s2.extend_from_slice(&s.to_le_bytes());
-        }
-        for (p, s) in &port_index {
-            s2.extend_from_slice(&p.to_le_bytes());
-            s2.extend_from_slice(&s.to_le_bytes());
-        }
-        let mut id_index: Vec<(u64, u32)> =
-            self.slots.iter().enumerate().skip(1).map(|(slot, sf)| (sf.flow.id, slot as u32)).collect();
-        id_index.sort_unstable();
-        s2.extend_from_slice(&(id_index.len() as u32).to_le_bytes());
-        for (id, slot) in &id_index {
-            s2.extend_from_slice(&id.to_le_bytes());
-            s2.extend_from_slice(&slot.to_le_bytes());
-        }
+        let ins: Vec<SlotIn<'_>> = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(slot, sf)| SlotIn { flow: &sf.flow, data_len: spans[slot].0, positions_len: spans[slot].2 })
+            .collect();
+        let mut s2 = stage2::encode(&ins, stage1.t_min);
         seal(&mut s2);
         seal(&mut positions);
         let mut stage1 = stage1;
@@ -429,7 +386,7 @@ pub fn segment_paths(dir: &Path, number: u32) -> (PathBuf, PathBuf) {
     (dir.join(format!("seg-{number:06}.pcap")), dir.join(format!("seg-{number:06}.ptsx")))
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -437,7 +394,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let x = *b.get(*at)?;
@@ -470,46 +427,34 @@ fn unseal<'a>(b: &'a [u8], path: &Path, offset: u64, what: &str) -> Result<&'a [
 }
 
 /// A bounds-checked little-endian reader.
-struct Rd<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(crate) struct Rd<'a> {
+    pub b: &'a [u8],
+    pub at: usize,
 }
 
 impl<'a> Rd<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or("truncated")?;
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8, String> {
+    pub(crate) fn u8(&mut self) -> Result<u8, String> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, String> {
-        let s = self.take(2)?;
-        Ok(u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self) -> Result<u32, String> {
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
         let s = self.take(4)?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
-    fn u64(&mut self) -> Result<u64, String> {
+    pub(crate) fn u64(&mut self) -> Result<u64, String> {
         let s = self.take(8)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(u64::from_le_bytes(a))
     }
-    fn addr(&mut self) -> Result<[u8; 17], String> {
-        let mut a = [0u8; 17];
-        a.copy_from_slice(self.take(17)?);
-        if a[0] != 4 && a[0] != 6 {
-            return Err(format!("address family {}", a[0]));
-        }
-        Ok(a)
-    }
 }
 
-fn ip_of(k: &[u8; 17]) -> IpAddr {
+pub(crate) fn ip_of(k: &[u8; 17]) -> IpAddr {
     if k[0] == 4 {
         IpAddr::from([k[1], k[2], k[3], k[4]])
     } else {
@@ -551,6 +496,8 @@ pub struct Stage1 {
     id_bloom: Bloom,
     stage2_len: u64,
     positions_len: u64,
+    /// Where stage 2 starts in the index file.
+    stage2_at: u64,
 }
 
 fn precision_code(p: TsPrecision) -> u8 {
@@ -638,6 +585,7 @@ impl Stage1 {
             port_bloom,
             id_bloom,
             stage2_len,
+            stage2_at: 0,
             positions_len,
         })
     }
@@ -680,179 +628,13 @@ impl Stage1 {
 }
 
 /// `need` evaluated with `pred` deciding each predicate (a superset: `All` and unknown fields may match).
-fn need_may(need: &Need, pred: &dyn Fn(&Pred) -> bool) -> bool {
+pub(crate) fn need_may(need: &Need, pred: &dyn Fn(&Pred) -> bool) -> bool {
     match need {
         Need::All => true,
         Need::Pred(p) => pred(p),
         Need::And(v) => v.iter().all(|n| need_may(n, pred)),
         Need::Or(v) => v.iter().any(|n| need_may(n, pred)),
     }
-}
-
-/// A flow of a segment as its index describes it.
-#[derive(Clone, Copy, Debug)]
-pub struct FlowEntry {
-    /// The flow's record for its packets in this segment (`id` `u64::MAX`: the packets of no flow).
-    pub flow: Flow,
-    /// Where its packets are in the data file, and how many.
-    pub data_offset: u64,
-    /// See `data_offset`.
-    pub data_len: u64,
-    /// See `data_offset`.
-    pub packets: u32,
-    positions_at: u64,
-}
-
-impl FlowEntry {
-    /// Whether these are the packets of no flow (ARP and other traffic without an IP header).
-    pub fn is_no_flow(&self) -> bool {
-        self.flow.id == u64::MAX
-    }
-
-    /// Whether the flow may hold a packet satisfying `need` (the packets of no flow always may).
-    pub fn may_match(&self, need: &Need) -> bool {
-        self.is_no_flow() || need_may(need, &|p| flow_pred_may(&self.flow, p))
-    }
-}
-
-fn flow_pred_may(f: &Flow, p: &Pred) -> bool {
-    let k = &f.key;
-    let addr = |a: IpAddr| match a {
-        IpAddr::V4(v) => (4u8, u128::from(u32::from(v))),
-        IpAddr::V6(v) => (6u8, u128::from(v)),
-    };
-    let either = |fam: u8| [k.lo_addr, k.hi_addr].into_iter().map(addr).any(|(f, v)| f == fam && p.holds(v));
-    match p.field {
-        Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => either(4),
-        Field::Ip6Src | Field::Ip6Dst => either(6),
-        Field::SrcPort | Field::DstPort => p.holds(u128::from(k.lo_port)) || p.holds(u128::from(k.hi_port)),
-        Field::IpProto => p.holds(u128::from(k.proto.0)),
-        Field::VlanId => k.vlan == 0 || p.holds(u128::from(k.vlan)),
-        Field::Time => p.mask != u128::MAX || (p.lo <= u128::from(f.last_ns) && u128::from(f.first_ns) <= p.hi),
-        _ => true,
-    }
-}
-
-/// A segment's second stage: its flow table and sorted arrays, read when stage 1 lets it through.
-#[derive(Debug)]
-pub struct Stage2 {
-    /// The flows, slot 0 the packets of no flow.
-    pub flows: Vec<FlowEntry>,
-    addrs: Vec<([u8; 17], u32)>,
-    ports: Vec<(u16, u32)>,
-    /// Flow ids and their slots, by id.
-    ids: Vec<(u64, u32)>,
-    positions: Vec<u8>,
-}
-
-impl Stage2 {
-    /// The flows that may hold a packet satisfying `need`: exact addresses and ports found by binary search in
-    /// the sorted arrays, then each candidate checked against the whole condition.
-    pub fn candidates(&self, need: &Need) -> Vec<usize> {
-        let mut slots: Vec<usize> = match self.lookup(need) {
-            Some(mut v) => {
-                v.push(0);
-                v.sort_unstable();
-                v.dedup();
-                v
-            }
-            None => (0..self.flows.len()).collect(),
-        };
-        slots.retain(|&s| self.flows[s].may_match(need));
-        slots
-    }
-
-    /// The flows an address or port condition allows, found by binary search (exact values, CIDR prefixes and
-    /// ranges: the arrays sort addresses by family then value); `None`: the arrays cannot narrow it.
-    fn lookup(&self, need: &Need) -> Option<Vec<usize>> {
-        match need {
-            Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => {
-                let (lo, hi) = match p.field {
-                    Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if p.hi <= u128::from(u32::MAX) => {
-                        (v4_key(p.lo), v4_key(p.hi))
-                    }
-                    Field::Ip6Src | Field::Ip6Dst => (v6_key(p.lo), v6_key(p.hi)),
-                    Field::SrcPort | Field::DstPort => {
-                        let lo = u16::try_from(p.lo).ok()?;
-                        let hi = u16::try_from(p.hi.min(0xffff)).ok()?;
-                        let from = self.ports.partition_point(|e| e.0 < lo);
-                        let to = self.ports.partition_point(|e| e.0 <= hi);
-                        return Some(self.ports[from..to.max(from)].iter().map(|e| e.1 as usize).collect());
-                    }
-                    _ => return None,
-                };
-                let from = self.addrs.partition_point(|e| e.0 < lo);
-                let to = self.addrs.partition_point(|e| e.0 <= hi);
-                Some(self.addrs[from..to.max(from)].iter().map(|e| e.1 as usize).collect())
-            }
-            Need::And(v) => {
-                let sets: Vec<Vec<usize>> = v.iter().filter_map(|n| self.lookup(n)).collect();
-                sets.into_iter().min_by_key(Vec::len)
-            }
-            Need::Or(v) => {
-                let mut all = Vec::new();
-                for n in v {
-                    all.extend(self.lookup(n)?);
-                }
-                Some(all)
-            }
-            _ => None,
-        }
-    }
-
-    /// The original-order positions of flow `slot`'s packets, in its data order.
-    pub fn positions(&self, slot: usize) -> Result<Vec<u64>, String> {
-        let e = &self.flows[slot];
-        decode_positions(&self.positions, e.positions_at, e.packets)
-    }
-
-    /// The slot of flow `id`, if the segment holds part of it (binary search in the id array).
-    pub fn slot_of(&self, id: u64) -> Option<usize> {
-        let i = self.ids.binary_search_by_key(&id, |e| e.0).ok()?;
-        Some(self.ids[i].1 as usize)
-    }
-}
-
-/// Reads one flow entry; returns it and its kind byte.
-fn decode_entry(r: &mut Rd<'_>) -> Result<(FlowEntry, u8), String> {
-    let id = r.u64()?;
-    let (lo, hi) = (r.addr()?, r.addr()?);
-    let (lo_port, hi_port, vlan) = (r.u16()?, r.u16()?, r.u16()?);
-    let proto = r.u8()?;
-    let kind = r.u8()?;
-    let orig_is_lo = r.u8()? != 0;
-    let state = ConnState::from_code(r.u8()?).ok_or("connection state code")?;
-    let (of, rf) = (r.u8()?, r.u8()?);
-    let (first_ns, last_ns, op, ob, opl, rp) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-    let (rb, rpl, data_offset, data_len, positions_at) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-    let n = r.u32()?;
-    r.take(4)?;
-    let key = FlowKey { lo_addr: ip_of(&lo), hi_addr: ip_of(&hi), lo_port, hi_port, proto: IpProto(proto), vlan };
-    let side = |packets, bytes, payload, flags| Side { packets, bytes, payload, flags };
-    let flow = Flow {
-        id,
-        key,
-        orig_is_lo,
-        first_ns,
-        last_ns,
-        orig: side(op, ob, opl, of),
-        resp: side(rp, rb, rpl, rf),
-        state,
-    };
-    Ok((FlowEntry { flow, data_offset, data_len, packets: n, positions_at }, kind))
-}
-
-/// The original-order positions of a flow of `packets` packets whose varints start at `at` of `positions`.
-fn decode_positions(positions: &[u8], at: u64, packets: u32) -> Result<Vec<u64>, String> {
-    let mut at = usize::try_from(at).map_err(|_| "positions offset")?;
-    let mut out = Vec::with_capacity((packets as usize).min(positions.len()));
-    let mut last = 0u64;
-    for i in 0..packets {
-        let v = get_varint(positions, &mut at).ok_or("positions truncated")?;
-        last = if i == 0 { v } else { last.checked_add(v).ok_or("position overflows")? };
-        out.push(last);
-    }
-    Ok(out)
 }
 
 /// A packet read back from a store.
@@ -891,7 +673,13 @@ impl Segment {
         }
         let version = u16::from_le_bytes([h[4], h[5]]);
         if version != VERSION {
-            return Err(corrupt(4, format!("format version {version}, this pcaptool reads {VERSION}")));
+            return Err(corrupt(
+                4,
+                format!(
+                    "segment format version {version}; this pcaptool reads version {VERSION}: import the traces \
+                     again into a new store"
+                ),
+            ));
         }
         if crc32fast::hash(&h[..20]) != u32::from_le_bytes([h[20], h[21], h[22], h[23]]) {
             return Err(corrupt(0, "header checksum mismatch".into()));
@@ -905,7 +693,7 @@ impl Segment {
         f.read_exact_at(&mut s1, HEADER_LEN as u64)
             .map_err(|_| corrupt(HEADER_LEN as u64, "stage 1 truncated".into()))?;
         let body = unseal(&s1, &index, HEADER_LEN as u64, "stage 1")?;
-        let stage1 = Stage1::decode(body).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
+        let mut stage1 = Stage1::decode(body).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
         let want = (HEADER_LEN as u64 + s1_len as u64)
             .checked_add(stage1.stage2_len)
             .and_then(|w| w.checked_add(stage1.positions_len))
@@ -913,154 +701,74 @@ impl Segment {
         if have != want {
             return Err(corrupt(have.min(want), format!("{have} bytes, its stages say {want}")));
         }
+        stage1.stage2_at = (HEADER_LEN + s1_len) as u64;
         Ok(Segment { data, index, stage1 })
     }
 
-    /// Reads stage 2 (the flow table, sorted arrays and positions), checking its checksums and structure.
+    /// Reads stage 2 (the flow table, sorted arrays and positions), checking its checksums and the structure of
+    /// its fixed part, address dictionary and block directory; blocks and posting lists are checked when decoded.
     pub fn stage2(&self) -> Result<Stage2, StoreError> {
+        let s1 = &self.stage1;
+        let at2 = s1.stage2_at;
+        let bad = |why: &str| self.corrupt(at2, why);
+        // The data file bounds what stage 1 may claim (and so what decoding may allocate).
+        let data_len = std::fs::metadata(&self.data).map_err(|e| StoreError::io(&self.data, e))?.len();
+        if data_len != s1.bytes {
+            return Err(StoreError::Corrupt {
+                path: self.data.clone(),
+                offset: data_len.min(s1.bytes),
+                why: format!("{data_len} bytes, its index says {}", s1.bytes),
+            });
+        }
+        if s1.packets > s1.bytes.saturating_sub(24) / 16 || u64::from(s1.flows) > s1.packets {
+            return Err(bad("more packets or flows than the data file can hold"));
+        }
+        let len2 = usize::try_from(s1.stage2_len).map_err(|_| bad("stage 2 size"))?;
+        let lenp = usize::try_from(s1.positions_len).map_err(|_| bad("positions size"))?;
         let f = File::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
-        let s1_len = {
-            let mut h = [0u8; HEADER_LEN];
-            f.read_exact_at(&mut h, 0).map_err(|e| StoreError::io(&self.index, e))?;
-            u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as u64
-        };
-        let at2 = HEADER_LEN as u64 + s1_len;
-        let len2 = usize::try_from(self.stage1.stage2_len).map_err(|_| self.corrupt(at2, "stage 2 size"))?;
-        let lenp = usize::try_from(self.stage1.positions_len).map_err(|_| self.corrupt(at2, "positions size"))?;
-        let mut b = vec![0u8; len2 + lenp];
+        let mut b = vec![0u8; len2.checked_add(lenp).ok_or_else(|| bad("stage sizes"))?];
         f.read_exact_at(&mut b, at2).map_err(|e| StoreError::io(&self.index, e))?;
         let (b2, bp) = b.split_at(len2);
-        let s2 = unseal(b2, &self.index, at2, "stage 2")?;
+        let body = unseal(b2, &self.index, at2, "stage 2")?.to_vec();
         let positions = unseal(bp, &self.index, at2 + len2 as u64, "positions")?.to_vec();
-        let parse = || -> Result<Stage2, String> {
-            let nflows = self.stage1.flows as usize + 1;
-            let mut r = Rd { b: s2, at: 0 };
-            let mut flows = Vec::with_capacity(nflows.min(s2.len() / FLOW_ENTRY));
-            let mut next_data = 24u64;
-            let mut packets = 0u64;
-            for slot in 0..nflows {
-                let (e, kind) = decode_entry(&mut r)?;
-                if (kind == 0) != (slot == 0) || kind > 1 {
-                    return Err(format!("flow entry {slot}: kind {kind}"));
-                }
-                if e.packets > 0 && e.data_offset != next_data {
-                    return Err(format!("flow entry {slot}: its packets are not where the previous flow's end"));
-                }
-                next_data = next_data.checked_add(e.data_len).ok_or("flow lengths overflow")?;
-                packets += u64::from(e.packets);
-                flows.push(e);
-            }
-            if next_data != self.stage1.bytes || packets != self.stage1.packets {
-                return Err("the flows do not tile the data file".into());
-            }
-            let (na, np) = (r.u32()? as usize, r.u32()? as usize);
-            let mut addrs = Vec::with_capacity(na.min(4 * nflows));
-            for _ in 0..na {
-                let a = r.addr()?;
-                let s = r.u32()?;
-                if s as usize >= nflows {
-                    return Err(format!("address array names flow {s}"));
-                }
-                addrs.push((a, s));
-            }
-            let mut ports = Vec::with_capacity(np.min(4 * nflows));
-            for _ in 0..np {
-                let p = r.u16()?;
-                let s = r.u32()?;
-                if s as usize >= nflows {
-                    return Err(format!("port array names flow {s}"));
-                }
-                ports.push((p, s));
-            }
-            let ni = r.u32()? as usize;
-            if ni != nflows - 1 {
-                return Err(format!("{ni} flow ids for {} flows", nflows - 1));
-            }
-            let mut ids = Vec::with_capacity(ni.min(s2.len() / 12));
-            for _ in 0..ni {
-                let id = r.u64()?;
-                let s = r.u32()?;
-                if s == 0 || s as usize >= nflows || flows[s as usize].flow.id != id {
-                    return Err(format!("the id array names flow {id} in slot {s}"));
-                }
-                ids.push((id, s));
-            }
-            if r.at != s2.len() {
-                return Err("bytes after the sorted arrays".into());
-            }
-            if !addrs.is_sorted() || !ports.is_sorted() || !ids.is_sorted() {
-                return Err("the address, port or id array is not sorted".into());
-            }
-            Ok(Stage2 { flows, addrs, ports, ids, positions })
+        let frame = Frame {
+            slots: s1.flows as usize + 1,
+            t_min: s1.t_min,
+            data_bytes: s1.bytes,
+            packets: s1.packets,
+            positions_len: positions.len(),
         };
-        parse().map_err(|why| self.corrupt(at2, &why))
+        Stage2::parse(&self.index, at2, frame, body, positions)
     }
 
     fn corrupt(&self, offset: u64, why: &str) -> StoreError {
         StoreError::Corrupt { path: self.index.clone(), offset, why: why.to_string() }
     }
 
-    /// Reads the packets of flow `slot` of `s2` with one read of the data file; calls `f` with each, in the
+    /// Reads the packets of entry `e` of `s2` with one read of the data file; calls `f` with each, in the
     /// flow's order.
     pub fn read_flow(
         &self,
         data: &File,
         s2: &Stage2,
-        slot: usize,
+        e: &FlowEntry,
         buf: &mut Vec<u8>,
         f: &mut dyn FnMut(&StoredPacket<'_>),
     ) -> Result<(), StoreError> {
-        let e = &s2.flows[slot];
         if e.packets == 0 {
             return Ok(());
         }
-        let seqs = s2.positions(slot).map_err(|why| self.corrupt(0, &why))?;
+        let seqs = s2.positions(e)?;
         self.read_entry(data, e, seqs, buf, f)
     }
 
-    /// Finds flow `id` without reading the whole flow table: the index is mapped, its checksums checked, the
-    /// id array binary-searched and the one entry and its positions decoded. `None` if the segment has no part
-    /// of the flow.
+    /// Finds flow `id`: stage 2's block directory binary-searched, one block and the flow's positions decoded.
+    /// `None` if the segment has no part of the flow.
     pub fn find_flow(&self, id: u64) -> Result<Option<(FlowEntry, Vec<u64>)>, StoreError> {
-        let map = MappedFile::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
-        let b = map.bytes();
-        let s1_len = b.get(8..12).map_or(0, |h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize);
-        let at2 = HEADER_LEN + s1_len;
-        let len2 = usize::try_from(self.stage1.stage2_len).map_err(|_| self.corrupt(at2 as u64, "stage 2 size"))?;
-        let (Some(b2), Some(bp)) = (b.get(at2..at2.saturating_add(len2)), b.get(at2.saturating_add(len2)..)) else {
-            return Err(self.corrupt(at2 as u64, "stage 2 lies past the end of the file"));
-        };
-        let s2 = unseal(b2, &self.index, at2 as u64, "stage 2")?;
-        let positions = unseal(bp, &self.index, (at2 + len2) as u64, "positions")?;
-        let find = || -> Result<Option<(FlowEntry, Vec<u64>)>, String> {
-            let nflows = self.stage1.flows as usize + 1;
-            let mut r = Rd { b: s2, at: nflows.checked_mul(FLOW_ENTRY).ok_or("flow table size")? };
-            let (na, np) = (r.u32()? as usize, r.u32()? as usize);
-            r.take(na.checked_mul(21).ok_or("address array size")?)?;
-            r.take(np.checked_mul(6).ok_or("port array size")?)?;
-            let ni = r.u32()? as usize;
-            let ids = r.take(ni.checked_mul(12).ok_or("id array size")?)?;
-            let id_at = |i: usize| u64::from_le_bytes(ids[i * 12..i * 12 + 8].try_into().unwrap_or([0; 8]));
-            let (mut lo, mut hi) = (0usize, ni);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if id_at(mid) < id { lo = mid + 1 } else { hi = mid }
-            }
-            if lo == ni || id_at(lo) != id {
-                return Ok(None);
-            }
-            let slot = u32::from_le_bytes(ids[lo * 12 + 8..lo * 12 + 12].try_into().unwrap_or([0; 4])) as usize;
-            if slot == 0 || slot >= nflows {
-                return Err(format!("the id array names slot {slot}"));
-            }
-            let (e, kind) = decode_entry(&mut Rd { b: s2, at: slot * FLOW_ENTRY })?;
-            if kind != 1 || e.flow.id != id {
-                return Err(format!("flow entry {slot} is not flow {id}"));
-            }
-            let seqs = decode_positions(positions, e.positions_at, e.packets)?;
-            Ok(Some((e, seqs)))
-        };
-        find().map_err(|why| self.corrupt(at2 as u64, &why))
+        let s2 = self.stage2()?;
+        let Some(e) = s2.find(id)? else { return Ok(None) };
+        let seqs = s2.positions(&e)?;
+        Ok(Some((e, seqs)))
     }
 
     /// Reads the packets of entry `e` (original-order positions `seqs`) with one read of the data file.
@@ -1072,9 +780,15 @@ impl Segment {
         buf: &mut Vec<u8>,
         f: &mut dyn FnMut(&StoredPacket<'_>),
     ) -> Result<(), StoreError> {
-        if e.packets == 0 {
-            return Ok(());
+        self.read_span(data, e, buf)?;
+        for r in self.records(e, &seqs, buf)? {
+            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data: &buf[r.at..r.at + r.len] });
         }
+        Ok(())
+    }
+
+    /// Reads the bytes of entry `e`'s packets (its span of the data file) into `buf`.
+    pub(crate) fn read_span(&self, data: &File, e: &FlowEntry, buf: &mut Vec<u8>) -> Result<(), StoreError> {
         let file_len = data.metadata().map_err(|err| StoreError::io(&self.data, err))?.len();
         if e.data_offset.checked_add(e.data_len).is_none_or(|end| end > file_len) {
             return Err(StoreError::Corrupt {
@@ -1085,21 +799,39 @@ impl Segment {
         }
         let len = usize::try_from(e.data_len).map_err(|_| self.corrupt(0, "flow length"))?;
         buf.resize(len, 0);
-        data.read_exact_at(buf, e.data_offset).map_err(|err| StoreError::io(&self.data, err))?;
+        data.read_exact_at(buf, e.data_offset).map_err(|err| StoreError::io(&self.data, err))
+    }
+
+    /// The records of entry `e` in `span` (its bytes), checked to fill it exactly, with positions `seqs`.
+    pub(crate) fn records(&self, e: &FlowEntry, seqs: &[u64], span: &[u8]) -> Result<Vec<Record>, StoreError> {
         let bad = |why: &str| StoreError::Corrupt { path: self.data.clone(), offset: e.data_offset, why: why.into() };
+        let mut out = Vec::with_capacity(seqs.len());
         let mut at = 0usize;
-        for seq in seqs {
-            let h = buf.get(at..at + 16).ok_or_else(|| bad("a flow's records end early"))?;
+        for &seq in seqs {
+            let h = span.get(at..at + 16).ok_or_else(|| bad("a flow's records end early"))?;
             let le = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-            let ts = u64::from(le(0)) * 1_000_000_000 + u64::from(le(4));
-            let (caplen, wirelen) = (le(8) as usize, le(12));
-            let d = buf.get(at + 16..at + 16 + caplen).ok_or_else(|| bad("a record runs past its flow"))?;
-            f(&StoredPacket { seq, ts_ns: ts, wirelen, data: d });
-            at += 16 + caplen;
+            let ts_ns = u64::from(le(0)) * 1_000_000_000 + u64::from(le(4));
+            let (len, wirelen) = (le(8) as usize, le(12));
+            if span.len() - (at + 16) < len {
+                return Err(bad("a record runs past its flow"));
+            }
+            out.push(Record { seq, ts_ns, wirelen, at: at + 16, len });
+            at += 16 + len;
         }
-        if at != len {
+        if at != span.len() {
             return Err(bad("a flow's records do not fill its span"));
         }
-        Ok(())
+        Ok(out)
     }
+}
+
+/// A record of a flow's span: its position in the original order, timestamp, wire length and where its bytes
+/// are in the span.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Record {
+    pub seq: u64,
+    pub ts_ns: u64,
+    pub wirelen: u32,
+    pub at: usize,
+    pub len: usize,
 }

@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
 use crate::flow::{Flow, FlowTracker};
-use crate::segment::{PacketIn, Segment, SegmentWriter, StoreMeta, StoredPacket, segment_paths};
+use crate::segment::{PacketIn, Record, Segment, SegmentWriter, StoreMeta, StoredPacket, segment_paths};
 
 /// How to import.
 #[derive(Clone, Debug)]
@@ -279,30 +279,35 @@ impl Store {
     /// returns false to stop.
     pub fn query(&self, need: &Need, f: &mut dyn FnMut(&StoredPacket<'_>) -> bool) -> Result<QueryStats, StoreError> {
         let mut st = QueryStats { segments: self.segments.len() as u32, ..QueryStats::default() };
-        let mut buf = Vec::new();
         for seg in &self.segments {
             if !seg.stage1.may_match(need) {
                 continue;
             }
             st.stage1_passed += 1;
             let s2 = seg.stage2()?;
-            let slots = s2.candidates(need);
-            if slots.iter().all(|&s| s2.flows[s].packets == 0) {
+            let entries = s2.candidates(need)?;
+            if entries.iter().all(|e| e.packets == 0) {
                 continue;
             }
             let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
-            let mut got: Vec<(u64, u64, u32, Vec<u8>)> = Vec::new();
-            for slot in slots {
+            // Each flow is one read into its own buffer; the packets are then visited in original order.
+            let mut spans: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
+            let mut got: Vec<(u32, Record)> = Vec::new();
+            for e in entries.iter().filter(|e| e.packets > 0) {
                 st.flows_read += 1;
-                st.bytes_read += s2.flows[slot].data_len;
-                seg.read_flow(&data, &s2, slot, &mut buf, &mut |q| {
-                    got.push((q.seq, q.ts_ns, q.wirelen, q.data.to_vec()))
-                })?;
+                st.bytes_read += e.data_len;
+                let mut span = Vec::new();
+                seg.read_span(&data, e, &mut span)?;
+                let seqs = s2.positions(e)?;
+                let b = spans.len() as u32;
+                got.extend(seg.records(e, &seqs, &span)?.into_iter().map(|r| (b, r)));
+                spans.push(span);
             }
-            got.sort_unstable_by_key(|g| g.0);
+            got.sort_unstable_by_key(|g| g.1.seq);
             st.packets_read += got.len() as u64;
-            for (seq, ts, wl, d) in &got {
-                if !f(&StoredPacket { seq: *seq, ts_ns: *ts, wirelen: *wl, data: d }) {
+            for (b, r) in &got {
+                let data = &spans[*b as usize][r.at..r.at + r.len];
+                if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data }) {
                     return Ok(st);
                 }
             }
@@ -330,8 +335,7 @@ impl Store {
         let mut by_id: FxHashMap<u64, Flow> = FxHashMap::default();
         for seg in self.segments.iter().filter(|s| s.stage1.may_match(need)) {
             let s2 = seg.stage2()?;
-            for slot in s2.candidates(need) {
-                let e = &s2.flows[slot];
+            for e in s2.candidates(need)? {
                 if e.is_no_flow() {
                     continue;
                 }

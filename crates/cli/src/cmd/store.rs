@@ -138,15 +138,16 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
     }
     if explain {
         let mut passed = 0;
-        let (mut flows, mut bytes) = (0u64, 0u64);
+        let (mut flows, mut no_flow, mut bytes) = (0u64, 0u64, 0u64);
         for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
             passed += 1;
-            let s2 = seg.stage2()?;
-            for slot in s2.candidates(&need) {
-                if s2.flows[slot].packets > 0 {
+            for e in seg.stage2()?.candidates(&need)?.iter().filter(|e| e.packets > 0) {
+                if e.is_no_flow() {
+                    no_flow += u64::from(e.packets);
+                } else {
                     flows += 1;
-                    bytes += s2.flows[slot].data_len;
                 }
+                bytes += e.data_len;
             }
         }
         println!("store:     {} ({} segments, {} packets)", dir.display(), store.segments().len(), store.packets());
@@ -155,7 +156,10 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
             "stage 1:   {passed} of {} segments may hold matches (time range, Bloom filters)",
             store.segments().len()
         );
-        println!("stage 2:   {flows} flows to read, {bytes} bytes (one read each); the filter runs on their packets");
+        println!(
+            "stage 2:   {flows} flows and {no_flow} packets of no flow to read, {bytes} bytes (one read each); the \
+             filter runs on their packets"
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let mut matcher = match filter {
