@@ -11,14 +11,14 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{
-    Field, FieldValue, FlowKey, IpProto, LinkType, Need, PacketFields, Pred, TsPrecision,
+    Field, FieldValue, FlowKey, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bloom::Bloom;
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
-use crate::stage2::{self, Frame, SlotIn};
+use crate::stage2::{self, Bytes, Frame, SlotIn};
 pub use crate::stage2::{FlowEntry, Stage2};
 
 /// First bytes of a segment index.
@@ -725,20 +725,22 @@ impl Segment {
         }
         let len2 = usize::try_from(s1.stage2_len).map_err(|_| bad("stage 2 size"))?;
         let lenp = usize::try_from(s1.positions_len).map_err(|_| bad("positions size"))?;
-        let f = File::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
-        let mut b = vec![0u8; len2.checked_add(lenp).ok_or_else(|| bad("stage sizes"))?];
-        f.read_exact_at(&mut b, at2).map_err(|e| StoreError::io(&self.index, e))?;
-        let (b2, bp) = b.split_at(len2);
-        let body = unseal(b2, &self.index, at2, "stage 2")?.to_vec();
-        let positions = unseal(bp, &self.index, at2 + len2 as u64, "positions")?.to_vec();
+        // Mapped, not read: a lookup touches the dictionary, the directory and a block or two.
+        let map = MappedFile::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
+        let b = map.bytes();
+        let at2u = usize::try_from(at2).map_err(|_| bad("stage 2 offset"))?;
+        let end2 = at2u.checked_add(len2).ok_or_else(|| bad("stage sizes"))?;
+        let endp = end2.checked_add(lenp).filter(|&e| e == b.len()).ok_or_else(|| bad("stages do not end with the file"))?;
+        unseal(&b[at2u..end2], &self.index, at2, "stage 2")?;
+        unseal(&b[end2..endp], &self.index, end2 as u64, "positions")?;
         let frame = Frame {
             slots: s1.flows as usize + 1,
             t_min: s1.t_min,
             data_bytes: s1.bytes,
             packets: s1.packets,
-            positions_len: positions.len(),
+            positions_len: lenp - 4,
         };
-        Stage2::parse(&self.index, at2, frame, body, positions)
+        Stage2::parse(&self.index, at2, frame, Bytes::Mapped(map), at2u..end2 - 4, end2..endp - 4)
     }
 
     fn corrupt(&self, offset: u64, why: &str) -> StoreError {

@@ -3,16 +3,17 @@
 //! Compact by construction (FloSIS keeps its flow index at 0.25% of the stored bytes): addresses are codes
 //! into a sorted dictionary, the flow table is cut into blocks of [`BLOCK_FLOWS`] entries whose fields are
 //! stored column by column as varints (deltas where neighbours are close) and compressed with zstd, and the
-//! sorted arrays are posting lists: for each address and port of the dictionaries, the slots of its flows.
+//! sorted arrays are posting lists: for each address and port of the dictionaries, the blocks holding its flows.
 //! Slots are in flow-id order, so a flow id is found by binary search in the block directory and one block
 //! decoded; an address, prefix or port range by binary search in a dictionary, its posting lists merged, and
-//! only the blocks holding those slots decoded.
+//! only the blocks they name decoded.
 
 use std::cell::OnceCell;
 use std::net::IpAddr;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use pcaptool_packet::{Field, FlowKey, IpProto, Need, Pred};
+use pcaptool_packet::{Field, FlowKey, IpProto, MappedFile, Need, Pred};
 
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
@@ -105,10 +106,29 @@ fn decompress(z: &[u8], raw_len: usize, what: &str) -> Result<Vec<u8>, String> {
     Ok(raw)
 }
 
+/// Bytes of the headers in front of the transport payload of a packet of flow `key` in the usual case:
+/// Ethernet, its VLAN tag, IPv4 or IPv6 without options or extension headers, TCP without options or UDP. The
+/// flow table stores each side's header bytes as the difference to this per packet (0 for the packets of no
+/// flow).
+fn usual_headers(key: &FlowKey, slot0: bool) -> u64 {
+    if slot0 {
+        return 0;
+    }
+    let ip = if key.lo_addr.is_ipv4() { 20 } else { 40 };
+    let l4 = match key.proto.0 {
+        6 => 20,
+        17 => 8,
+        _ => 0,
+    };
+    14 + 4 * u64::from(key.vlan != 0) + ip + l4
+}
+
 /// The column values of one entry (see the format's block layout).
-fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64) -> [u64; COLUMNS] {
+fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64, slot0: bool) -> [u64; COLUMNS] {
     let f = s.flow;
     let packets = f.orig.packets + f.resp.packets;
+    let h = usual_headers(&f.key, slot0);
+    let hdr = |side: &Side| zigzag(side.bytes.wrapping_sub(side.payload).wrapping_sub(h.wrapping_mul(side.packets)));
     let stored = packets.wrapping_mul(16).wrapping_add(f.orig.bytes).wrapping_add(f.resp.bytes);
     [
         prev_id.map_or(0, |p| f.id - p - 1),
@@ -127,10 +147,10 @@ fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64)
         f.resp.packets,
         f.orig.payload,
         f.resp.payload,
-        zigzag(f.orig.bytes.wrapping_sub(f.orig.payload)),
-        zigzag(f.resp.bytes.wrapping_sub(f.resp.payload)),
+        hdr(&f.orig),
+        hdr(&f.resp),
         zigzag(stored.wrapping_sub(s.data_len)),
-        s.positions_len,
+        s.positions_len.wrapping_sub(packets),
     ]
 }
 
@@ -158,7 +178,8 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64) -> Vec<u8> {
         dict.extend_from_slice(&a[1..17]);
     }
 
-    // Posting lists: (code, slot) pairs sorted, then per code its count and slot deltas.
+    // Posting lists, one per dictionary value: the blocks of the flow table holding its flows (a block is
+    // decoded whole anyway). Streams: port dictionary deltas, list lengths, then block number deltas.
     let mut post = Vec::new();
     let mut prev = 0u64;
     for &p in &ports {
@@ -168,34 +189,29 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64) -> Vec<u8> {
     let mut apairs = Vec::with_capacity(2 * slots.len());
     let mut ppairs = Vec::with_capacity(2 * slots.len());
     for (slot, s) in slots.iter().enumerate().skip(1) {
-        let k = &s.flow.key;
-        let (a, b) = (code(k.lo_addr), code(k.hi_addr));
-        apairs.push((a, slot as u64));
-        if b != a {
-            apairs.push((b, slot as u64));
-        }
-        let (a, b) = (pcode(k.lo_port), pcode(k.hi_port));
-        ppairs.push((a, slot as u64));
-        if b != a {
-            ppairs.push((b, slot as u64));
-        }
+        let (k, block) = (&s.flow.key, (slot / BLOCK_FLOWS) as u64);
+        apairs.extend([(code(k.lo_addr), block), (code(k.hi_addr), block)]);
+        ppairs.extend([(pcode(k.lo_port), block), (pcode(k.hi_port), block)]);
     }
+    let mut lens = Vec::new();
+    let mut blocks_of = Vec::new();
     for (pairs, n) in [(&mut apairs, addrs.len()), (&mut ppairs, ports.len())] {
         pairs.sort_unstable();
+        pairs.dedup();
         let mut i = 0;
         for c in 0..n as u64 {
             let start = i;
+            let mut last = 0;
             while i < pairs.len() && pairs[i].0 == c {
+                put_varint(&mut blocks_of, pairs[i].1 - last);
+                last = pairs[i].1;
                 i += 1;
             }
-            put_varint(&mut post, (i - start) as u64);
-            let mut last = 0;
-            for &(_, slot) in &pairs[start..i] {
-                put_varint(&mut post, slot - last);
-                last = slot;
-            }
+            put_varint(&mut lens, (i - start) as u64);
         }
     }
+    post.extend_from_slice(&lens);
+    post.extend_from_slice(&blocks_of);
 
     // Blocks of the flow table.
     let mut dir = Vec::new();
@@ -207,7 +223,7 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64) -> Vec<u8> {
         let (block_data, block_pos) = (data_at, pos_at);
         for (i, s) in chunk.iter().enumerate() {
             let codes = if b == 0 && i == 0 { (0, 0) } else { (code(s.flow.key.lo_addr), code(s.flow.key.hi_addr)) };
-            rows.push(row(s, codes, prev_id, prev_first));
+            rows.push(row(s, codes, prev_id, prev_first, b == 0 && i == 0));
             if !(b == 0 && i == 0) {
                 if prev_id.is_none() {
                     first_id = s.flow.id;
@@ -259,14 +275,13 @@ struct Dir {
     raw: usize,
 }
 
-/// Posting lists in compressed-sparse-row form: the slots of code `c` are `slots[starts[c]..starts[c + 1]]`.
+/// Posting lists in compressed-sparse-row form: the blocks of address code `c` are
+/// `blocks[starts[c]..starts[c + 1]]`, those of port code `c` follow at `starts[addresses + c]`.
 #[derive(Debug)]
 struct Postings {
     ports: Vec<u16>,
-    addr_starts: Vec<usize>,
-    addr_slots: Vec<u32>,
-    port_starts: Vec<usize>,
-    port_slots: Vec<u32>,
+    starts: Vec<usize>,
+    blocks: Vec<u32>,
 }
 
 /// What stage 1 tells stage 2 about its segment.
@@ -286,27 +301,54 @@ pub struct Stage2 {
     path: PathBuf,
     at: u64,
     frame: Frame,
-    body: Vec<u8>,
+    bytes: Bytes,
+    positions: Range<usize>,
     addrs: Vec<[u8; 17]>,
     n_ports: usize,
     post_z: (usize, usize, usize),
     postings: OnceCell<Postings>,
     dir: Vec<Dir>,
-    positions: Vec<u8>,
+}
+
+/// Where stage 2's bytes are: the mapped index file (or, in tests, memory).
+pub(crate) enum Bytes {
+    Mapped(MappedFile),
+    #[cfg(test)]
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m.bytes(),
+            #[cfg(test)]
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.get().len())
+    }
 }
 
 impl Stage2 {
-    /// Parses stage 2 from its checked bytes: the fixed part, the address dictionary and the block directory
-    /// (posting lists and blocks are decoded when used). `path` and `at` name it in errors.
+    /// Parses stage 2 from its checked bytes (`body` and `positions` of `bytes`): the fixed part, the address
+    /// dictionary and the block directory (posting lists and blocks are decoded when used). `path` and `at`
+    /// name it in errors.
     pub(crate) fn parse(
         path: &Path,
         at: u64,
         frame: Frame,
-        body: Vec<u8>,
-        positions: Vec<u8>,
+        bytes: Bytes,
+        body: Range<usize>,
+        positions: Range<usize>,
     ) -> Result<Stage2, StoreError> {
         let corrupt = |why: String| StoreError::Corrupt { path: path.to_path_buf(), offset: at, why };
-        let mut r = Rd { b: &body, at: 0 };
+        let all = bytes.get();
+        let (base, body_bytes) = (body.start, &all[body.clone()]);
+        let mut r = Rd { b: body_bytes, at: 0 };
         let mut fixed = || r.u32().map(|v| v as usize).map_err(corrupt);
         let (n4, n6, n_ports, n_blocks) = (fixed()?, fixed()?, fixed()?, fixed()?);
         let (dict_z, dict_raw, post_z, post_raw) = (fixed()?, fixed()?, fixed()?, fixed()?);
@@ -352,11 +394,11 @@ impl Stage2 {
             if raw > BLOCK_FLOWS * COLUMNS * 10 {
                 return Err(corrupt(format!("a block of {raw} bytes")));
             }
-            dir.push(Dir { first_id, data_at, pos_at, at: at_block, zlen, raw });
+            dir.push(Dir { first_id, data_at, pos_at, at: base + at_block, zlen, raw });
             at_block = at_block.checked_add(zlen).ok_or_else(|| corrupt("block lengths overflow".into()))?;
         }
-        if at_block != body.len() {
-            return Err(corrupt(format!("the blocks end at {at_block} of {} bytes", body.len())));
+        if at_block != body_bytes.len() {
+            return Err(corrupt(format!("the blocks end at {at_block} of {} bytes", body_bytes.len())));
         }
         let ordered = dir.windows(2).all(|w| {
             w[0].data_at <= w[1].data_at && w[0].pos_at <= w[1].pos_at && (w[0].first_id < w[1].first_id)
@@ -364,18 +406,18 @@ impl Stage2 {
         if !ordered || dir.first().is_some_and(|d| d.data_at != 24 || d.pos_at != 0) {
             return Err(corrupt("the block directory is not in order".into()));
         }
-        let post_z = (post_at, post_z, post_raw);
+        let post_z = (base + post_at, post_z, post_raw);
         Ok(Stage2 {
             path: path.to_path_buf(),
             at,
             frame,
-            body,
+            bytes,
+            positions,
             addrs,
             n_ports,
             post_z,
             postings: OnceCell::new(),
             dir,
-            positions,
         })
     }
 
@@ -398,7 +440,7 @@ impl Stage2 {
             return Ok(p);
         }
         let (at, zlen, raw) = self.post_z;
-        let b = decompress(&self.body[at..at + zlen], raw, "posting lists").map_err(|w| self.corrupt(w))?;
+        let b = decompress(&self.bytes.get()[at..at + zlen], raw, "posting lists").map_err(|w| self.corrupt(w))?;
         let bad = || self.corrupt("posting lists truncated or out of range".into());
         let mut at = 0usize;
         let mut ports = Vec::with_capacity(self.n_ports);
@@ -408,38 +450,33 @@ impl Stage2 {
             v = v.checked_add(d).filter(|&v| v <= 0xffff && (i == 0 || d > 0)).ok_or_else(bad)?;
             ports.push(v as u16);
         }
-        let mut lists = |n: usize| -> Result<(Vec<usize>, Vec<u32>), StoreError> {
-            let mut starts = Vec::with_capacity(n + 1);
-            let mut slots = Vec::new();
-            starts.push(0);
-            for _ in 0..n {
-                let count = get_varint(&b, &mut at).ok_or_else(bad)?;
-                if count > (b.len() - at) as u64 {
-                    return Err(bad());
-                }
-                let mut s = 0u64;
-                for i in 0..count {
-                    let d = get_varint(&b, &mut at).ok_or_else(bad)?;
-                    s = s.checked_add(d).filter(|&s| s < self.frame.slots as u64 && (i == 0 || d > 0)).ok_or_else(bad)?;
-                    slots.push(s as u32);
-                }
-                starts.push(slots.len());
+        let lists = self.addrs.len() + self.n_ports;
+        let mut starts = Vec::with_capacity(lists + 1);
+        starts.push(0usize);
+        for _ in 0..lists {
+            let n = get_varint(&b, &mut at).filter(|&n| n <= self.dir.len() as u64).ok_or_else(bad)?;
+            starts.push(starts[starts.len() - 1] + n as usize);
+        }
+        let mut blocks = Vec::with_capacity(starts[lists].min(b.len()));
+        for w in starts.windows(2) {
+            let mut v = 0u64;
+            for i in 0..w[1] - w[0] {
+                let d = get_varint(&b, &mut at).ok_or_else(bad)?;
+                v = v.checked_add(d).filter(|&v| v < self.dir.len() as u64 && (i == 0 || d > 0)).ok_or_else(bad)?;
+                blocks.push(v as u32);
             }
-            Ok((starts, slots))
-        };
-        let (addr_starts, addr_slots) = lists(self.addrs.len())?;
-        let (port_starts, port_slots) = lists(self.n_ports)?;
+        }
         if at != b.len() {
             return Err(self.corrupt("bytes after the posting lists".into()));
         }
-        let p = Postings { ports, addr_starts, addr_slots, port_starts, port_slots };
+        let p = Postings { ports, starts, blocks };
         Ok(self.postings.get_or_init(|| p))
     }
 
     /// Decodes block `b` of the flow table.
     fn block(&self, b: usize) -> Result<Vec<FlowEntry>, StoreError> {
         let d = self.dir[b];
-        let raw = decompress(&self.body[d.at..d.at + d.zlen], d.raw, "flow table block").map_err(|w| self.corrupt(w))?;
+        let raw = decompress(&self.bytes.get()[d.at..d.at + d.zlen], d.raw, "flow table block").map_err(|w| self.corrupt(w))?;
         let first_slot = b * BLOCK_FLOWS;
         let n = BLOCK_FLOWS.min(self.frame.slots - first_slot);
         let bad = |why: &str| self.corrupt(format!("flow table block {b}: {why}"));
@@ -482,15 +519,18 @@ impl Stage2 {
             flow.first_ns = prev_first.wrapping_add(unzigzag(c[10]));
             prev_first = flow.first_ns;
             flow.last_ns = flow.first_ns.wrapping_add(c[11]);
+            let h = usual_headers(&flow.key, slot == 0);
             let side = |packets: u64, payload: u64, hdr: u64, flags: u64| -> Result<Side, StoreError> {
                 let flags = small(flags, 0xff, "TCP flags")? as u8;
-                Ok(Side { packets, bytes: payload.wrapping_add(unzigzag(hdr)), payload, flags })
+                let bytes = payload.wrapping_add(unzigzag(hdr)).wrapping_add(h.wrapping_mul(packets));
+                Ok(Side { packets, bytes, payload, flags })
             };
             flow.orig = side(c[12], c[14], c[16], c[8])?;
             flow.resp = side(c[13], c[15], c[17], c[9])?;
             let packets = c[12].checked_add(c[13]).filter(|&p| p <= self.frame.packets).ok_or_else(|| bad("packets"))?;
             let stored = packets.wrapping_mul(16).wrapping_add(flow.orig.bytes).wrapping_add(flow.resp.bytes);
             let data_len = stored.wrapping_sub(unzigzag(c[18]));
+            let positions_len = packets.checked_add(c[19]).ok_or_else(|| bad("positions length"))?;
             out.push(FlowEntry {
                 slot: slot as u32,
                 flow,
@@ -498,10 +538,10 @@ impl Stage2 {
                 data_len,
                 packets: packets as u32,
                 positions_at: pos_at,
-                positions_len: c[19],
+                positions_len,
             });
             data_at = data_at.checked_add(data_len).ok_or_else(|| bad("data lengths overflow"))?;
-            pos_at = pos_at.checked_add(c[19]).ok_or_else(|| bad("positions overflow"))?;
+            pos_at = pos_at.checked_add(positions_len).ok_or_else(|| bad("positions overflow"))?;
         }
         let (data_end, pos_end, next_id) = match self.dir.get(b + 1) {
             Some(next) => (next.data_at, next.pos_at, Some(next.first_id)),
@@ -531,35 +571,29 @@ impl Stage2 {
     }
 
     /// The entries that may hold a packet satisfying `need`: addresses and ports found by binary search in the
-    /// dictionaries and their posting lists, only the blocks holding those flows decoded, each candidate then
-    /// checked against the whole condition. The packets of no flow (slot 0) are always a candidate.
+    /// dictionaries, their posting lists merged into the blocks that may hold them, only those blocks decoded and
+    /// each of their entries checked against the whole condition. The packets of no flow (slot 0) are always a
+    /// candidate.
     pub fn candidates(&self, need: &Need) -> Result<Vec<FlowEntry>, StoreError> {
-        let Some(mut slots) = self.lookup(need)? else {
-            let mut all = self.entries()?;
-            all.retain(|e| e.may_match(need));
-            return Ok(all);
-        };
-        slots.push(0);
-        slots.sort_unstable();
-        slots.dedup();
-        let mut out = Vec::with_capacity(slots.len());
-        let mut i = 0;
-        while i < slots.len() {
-            let b = slots[i] as usize / BLOCK_FLOWS;
-            let block = self.block(b)?;
-            while i < slots.len() && slots[i] as usize / BLOCK_FLOWS == b {
-                let e = block[slots[i] as usize - b * BLOCK_FLOWS];
-                if e.may_match(need) {
-                    out.push(e);
-                }
-                i += 1;
+        let blocks = match self.lookup(need)? {
+            Some(mut v) => {
+                v.push(0);
+                v.sort_unstable();
+                v.dedup();
+                v
             }
+            None => (0..self.dir.len() as u32).collect(),
+        };
+        let mut out = Vec::new();
+        for b in blocks {
+            out.extend(self.block(b as usize)?.into_iter().filter(|e| e.may_match(need)));
         }
         Ok(out)
     }
 
-    /// The slots an address or port condition allows (exact values, CIDR prefixes and ranges: the address
-    /// dictionary sorts by family then value); `None`: the dictionaries cannot narrow it.
+    /// The blocks an address or port condition allows (exact values, CIDR prefixes and ranges: the address
+    /// dictionary sorts by family then value), unsorted and possibly repeated; `None`: the dictionaries cannot
+    /// narrow it.
     fn lookup(&self, need: &Need) -> Result<Option<Vec<u32>>, StoreError> {
         Ok(match need {
             Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => {
@@ -573,22 +607,26 @@ impl Stage2 {
                         let (lo, hi) = (p.lo as u16, p.hi.min(0xffff) as u16);
                         let from = post.ports.partition_point(|&v| v < lo);
                         let to = post.ports.partition_point(|&v| v <= hi).max(from);
-                        return Ok(Some(post.port_slots[post.port_starts[from]..post.port_starts[to]].to_vec()));
+                        let n = self.addrs.len();
+                        return Ok(Some(post.blocks[post.starts[n + from]..post.starts[n + to]].to_vec()));
                     }
                     _ => return Ok(None),
                 };
                 let from = self.addrs.partition_point(|e| *e < lo);
                 let to = self.addrs.partition_point(|e| *e <= hi).max(from);
                 let post = self.postings()?;
-                Some(post.addr_slots[post.addr_starts[from]..post.addr_starts[to]].to_vec())
+                Some(post.blocks[post.starts[from]..post.starts[to]].to_vec())
             }
             Need::And(v) => {
                 let mut best: Option<Vec<u32>> = None;
                 for n in v {
-                    if let Some(s) = self.lookup(n)?
-                        && best.as_ref().is_none_or(|b| s.len() < b.len())
-                    {
-                        best = Some(s);
+                    if let Some(mut s) = self.lookup(n)? {
+                        s.sort_unstable();
+                        s.dedup();
+                        best = Some(match best {
+                            None => s,
+                            Some(b) => b.into_iter().filter(|x| s.binary_search(x).is_ok()).collect(),
+                        });
                     }
                 }
                 best
@@ -620,7 +658,7 @@ impl Stage2 {
         let bad = |why: &str| self.corrupt(format!("positions of flow entry {}: {why}", e.slot));
         let from = usize::try_from(e.positions_at).map_err(|_| bad("offset"))?;
         let to = usize::try_from(e.positions_at.saturating_add(e.positions_len)).map_err(|_| bad("offset"))?;
-        let b = self.positions.get(from..to).ok_or_else(|| bad("past the end"))?;
+        let b = self.bytes.get()[self.positions.clone()].get(from..to).ok_or_else(|| bad("past the end"))?;
         let mut at = 0usize;
         let mut out = Vec::with_capacity((e.packets as usize).min(b.len()));
         let mut last = 0u64;
@@ -701,7 +739,10 @@ mod tests {
                 packets: flows.iter().map(|f| f.orig.packets + f.resp.packets).sum(),
                 positions_len: ins.iter().map(|s| s.positions_len).sum::<u64>() as usize,
             };
-            let s2 = Stage2::parse(Path::new("x"), 0, frame, body, vec![0; frame.positions_len]).unwrap();
+            let n = body.len();
+            let mut bytes = body;
+            bytes.resize(n + frame.positions_len, 0);
+            let s2 = Stage2::parse(Path::new("x"), 0, frame, Bytes::Owned(bytes), 0..n, n..n + frame.positions_len).unwrap();
             let all = s2.entries().unwrap();
             prop_assert_eq!(all.len(), ins.len());
             let mut at = 24;
