@@ -79,20 +79,51 @@ fn seal(b: &mut [u8], start: usize, len: usize) -> bool {
     true
 }
 
-/// Recomputes the checksums of the header, stage 1, stage 2 and positions, as far as the bytes locate them.
+/// Recomputes the checksums of the header, stage 1 and stage 2 (its head, posting lists, and each block with its
+/// positions), as far as the bytes locate them.
 fn reseal(b: &mut [u8]) {
     const H: usize = 24;
-    if let Some(s1) = le32(b, 8)
-        && seal(b, H, s1)
-        && let (Some(s2), Some(sp)) = (le64(b, H + 88), le64(b, H + 96))
-        && seal(b, H + s1, s2)
-    {
-        seal(b, H + s1 + s2, sp);
+    if let Some(s1) = le32(b, 8) {
+        if let (Some(s2), Some(sp)) = (le64(b, H + 88), le64(b, H + 96)) {
+            let _ = reseal_stage2(b, H + s1, s2, sp);
+        }
+        seal(b, H, s1);
     }
     if b.len() >= H {
         let crc = crc32fast::hash(&b[..20]);
         b[20..24].copy_from_slice(&crc.to_le_bytes());
     }
+}
+
+fn put32(b: &mut [u8], at: usize, v: u32) -> Option<()> {
+    b.get_mut(at..at.checked_add(4)?)?.copy_from_slice(&v.to_le_bytes());
+    Some(())
+}
+
+/// The checksums of stage 2 at `at2` (`len2` bytes, then `lenp` bytes of positions): see docs/format/segment.md.
+fn reseal_stage2(b: &mut [u8], at2: usize, len2: usize, lenp: usize) -> Option<()> {
+    let (n_blocks, dict_z, post_z) = (le32(b, at2 + 12)?, le32(b, at2 + 16)?, le32(b, at2 + 24)?);
+    let dir_at = at2.checked_add(36)?.checked_add(dict_z)?;
+    let head_end = dir_at.checked_add(n_blocks.checked_mul(40)?)?;
+    let post_at = head_end.checked_add(4)?;
+    let end2 = at2.checked_add(len2)?;
+    let end_p = end2.checked_add(lenp)?;
+    let mut blk = post_at.checked_add(post_z)?;
+    for i in 0..n_blocks {
+        let e = dir_at + 40 * i;
+        let zlen = le32(b, e + 24)?;
+        let pos_from = end2.checked_add(le64(b, e + 16)?)?;
+        let pos_to = if i + 1 < n_blocks { end2.checked_add(le64(b, e + 40 + 16)?)? } else { end_p };
+        let crc = crc32fast::hash(b.get(blk..blk.checked_add(zlen)?)?);
+        put32(b, e + 32, crc)?;
+        let crc = crc32fast::hash(b.get(pos_from..pos_to)?);
+        put32(b, e + 36, crc)?;
+        blk = blk.checked_add(zlen)?;
+    }
+    let crc = crc32fast::hash(b.get(post_at..post_at.checked_add(post_z)?)?);
+    put32(b, at2 + 32, crc)?;
+    let crc = crc32fast::hash(b.get(at2..head_end)?);
+    put32(b, head_end, crc)
 }
 
 fn exercise(index: &Path, data: &Path) {

@@ -269,7 +269,8 @@ impl SegmentWriter {
             p.slot = new_slot[p.slot as usize];
         }
         let mut old: Vec<Option<SlotFlow>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
-        self.slots = std::iter::once(0).chain(by_id.iter().map(|&s| s as usize)).filter_map(|s| old[s].take()).collect();
+        self.slots =
+            std::iter::once(0).chain(by_id.iter().map(|&s| s as usize)).filter_map(|s| old[s].take()).collect();
         let mut order: Vec<u32> = (0..self.packets.len() as u32).collect();
         order.sort_by_key(|&i| self.packets[i as usize].slot);
         let file = File::create(data_tmp).map_err(|e| StoreError::io(data_tmp, e))?;
@@ -353,9 +354,7 @@ impl SegmentWriter {
             .enumerate()
             .map(|(slot, sf)| SlotIn { flow: &sf.flow, data_len: spans[slot].0, positions_len: spans[slot].2 })
             .collect();
-        let mut s2 = stage2::encode(&ins, stage1.t_min);
-        seal(&mut s2);
-        seal(&mut positions);
+        let s2 = stage2::encode(&ins, stage1.t_min, &positions);
         let mut stage1 = stage1;
         stage1.stage2_len = s2.len() as u64;
         stage1.positions_len = positions.len() as u64;
@@ -730,17 +729,16 @@ impl Segment {
         let b = map.bytes();
         let at2u = usize::try_from(at2).map_err(|_| bad("stage 2 offset"))?;
         let end2 = at2u.checked_add(len2).ok_or_else(|| bad("stage sizes"))?;
-        let endp = end2.checked_add(lenp).filter(|&e| e == b.len()).ok_or_else(|| bad("stages do not end with the file"))?;
-        unseal(&b[at2u..end2], &self.index, at2, "stage 2")?;
-        unseal(&b[end2..endp], &self.index, end2 as u64, "positions")?;
+        let endp =
+            end2.checked_add(lenp).filter(|&e| e == b.len()).ok_or_else(|| bad("stages do not end with the file"))?;
         let frame = Frame {
             slots: s1.flows as usize + 1,
             t_min: s1.t_min,
             data_bytes: s1.bytes,
             packets: s1.packets,
-            positions_len: lenp - 4,
+            positions_len: lenp,
         };
-        Stage2::parse(&self.index, at2, frame, Bytes::Mapped(map), at2u..end2 - 4, end2..endp - 4)
+        Stage2::parse(&self.index, at2, frame, Bytes::Mapped(map), at2u..end2, end2..endp)
     }
 
     fn corrupt(&self, offset: u64, why: &str) -> StoreError {

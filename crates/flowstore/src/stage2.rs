@@ -26,9 +26,9 @@ const ZSTD_LEVEL: i32 = 9;
 /// Columns of a block, in order (docs/format/segment.md).
 const COLUMNS: usize = 20;
 /// Bytes of a directory entry.
-const DIR_ENTRY: usize = 32;
+const DIR_ENTRY: usize = 40;
 /// Bytes of the fixed part of stage 2.
-const FIXED: usize = 32;
+const FIXED: usize = 36;
 
 /// A flow of a segment as its index describes it.
 #[derive(Clone, Copy, Debug)]
@@ -154,8 +154,9 @@ fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64,
     ]
 }
 
-/// Encodes stage 2 of the slots (slot 0 the packets of no flow, the others in increasing flow id).
-pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64) -> Vec<u8> {
+/// Encodes stage 2 of the slots (slot 0 the packets of no flow, the others in increasing flow id), whose
+/// original-order positions are `positions`.
+pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<u8> {
     let flows = || slots.iter().skip(1).map(|s| s.flow);
     let mut addrs: Vec<[u8; 17]> = flows().flat_map(|f| [addr_key(f.key.lo_addr), addr_key(f.key.hi_addr)]).collect();
     addrs.sort_unstable();
@@ -244,8 +245,10 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64) -> Vec<u8> {
         for v in [first_id, block_data, block_pos] {
             dir.extend_from_slice(&v.to_le_bytes());
         }
-        dir.extend_from_slice(&(z.len() as u32).to_le_bytes());
-        dir.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        let pos_crc = crc32fast::hash(positions.get(block_pos as usize..pos_at as usize).unwrap_or_default());
+        for v in [z.len() as u32, raw.len() as u32, crc32fast::hash(&z), pos_crc] {
+            dir.extend_from_slice(&v.to_le_bytes());
+        }
         blocks.extend_from_slice(&z);
     }
 
@@ -257,9 +260,12 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64) -> Vec<u8> {
     for v in [dict_z.len(), dict.len(), post_z.len(), post.len()] {
         out.extend_from_slice(&(v as u32).to_le_bytes());
     }
+    out.extend_from_slice(&crc32fast::hash(&post_z).to_le_bytes());
     out.extend_from_slice(&dict_z);
-    out.extend_from_slice(&post_z);
     out.extend_from_slice(&dir);
+    let head_crc = crc32fast::hash(&out);
+    out.extend_from_slice(&head_crc.to_le_bytes());
+    out.extend_from_slice(&post_z);
     out.extend_from_slice(&blocks);
     out
 }
@@ -269,10 +275,13 @@ struct Dir {
     first_id: u64,
     data_at: u64,
     pos_at: u64,
-    /// Offset of the block in the stage 2 body, its compressed and raw lengths.
+    /// Offset of the block in the index, its compressed and raw lengths.
     at: usize,
     zlen: usize,
     raw: usize,
+    /// CRC-32 of its compressed bytes and of its flows' positions.
+    crc: u32,
+    pos_crc: u32,
 }
 
 /// Posting lists in compressed-sparse-row form: the blocks of address code `c` are
@@ -305,7 +314,7 @@ pub struct Stage2 {
     positions: Range<usize>,
     addrs: Vec<[u8; 17]>,
     n_ports: usize,
-    post_z: (usize, usize, usize),
+    post_z: (usize, usize, usize, u32),
     postings: OnceCell<Postings>,
     dir: Vec<Dir>,
 }
@@ -352,6 +361,7 @@ impl Stage2 {
         let mut fixed = || r.u32().map(|v| v as usize).map_err(corrupt);
         let (n4, n6, n_ports, n_blocks) = (fixed()?, fixed()?, fixed()?, fixed()?);
         let (dict_z, dict_raw, post_z, post_raw) = (fixed()?, fixed()?, fixed()?, fixed()?);
+        let post_crc = fixed()? as u32;
         let flows = frame.slots - 1;
         if n_blocks != frame.slots.div_ceil(BLOCK_FLOWS) {
             return Err(corrupt(format!("{n_blocks} blocks for {} flow entries", frame.slots)));
@@ -362,17 +372,26 @@ impl Stage2 {
         if dict_raw > n4 * 5 + n6 * 16 || post_raw > n_ports * 3 + (n4 + n6 + n_ports) * 5 + 4 * flows * 5 {
             return Err(corrupt("a section longer than its entries allow".into()));
         }
-        let dict = r.take(dict_z).and_then(|z| decompress(z, dict_raw, "address dictionary")).map_err(corrupt)?;
+        // The head (fixed part, dictionary, directory) is checked as a whole; the posting lists and each block
+        // (with its flows' positions) are checked when decoded, so a lookup reads only what it uses.
+        let dict_bytes = r.take(dict_z).map_err(corrupt)?;
+        let dir_bytes = r.take(n_blocks.checked_mul(DIR_ENTRY).unwrap_or(usize::MAX)).map_err(corrupt)?;
+        let head_end = r.at;
+        if crc32fast::hash(&body_bytes[..head_end]) != r.u32().map_err(corrupt)? {
+            return Err(corrupt("stage 2 checksum mismatch".into()));
+        }
         let post_at = r.at;
         r.take(post_z).map_err(corrupt)?;
+        let dict = decompress(dict_bytes, dict_raw, "address dictionary").map_err(corrupt)?;
         let mut addrs = Vec::with_capacity(n4 + n6);
         let mut d = Rd { b: &dict, at: 0 };
         let mut v = 0u64;
         for i in 0..n4 {
             let delta = get_varint(&dict, &mut d.at).ok_or_else(|| corrupt("address dictionary truncated".into()))?;
-            v = v.checked_add(delta).filter(|&v| v <= u64::from(u32::MAX) && (i == 0 || delta > 0)).ok_or_else(
-                || corrupt("the IPv4 dictionary is not strictly increasing 32-bit addresses".into()),
-            )?;
+            v = v
+                .checked_add(delta)
+                .filter(|&v| v <= u64::from(u32::MAX) && (i == 0 || delta > 0))
+                .ok_or_else(|| corrupt("the IPv4 dictionary is not strictly increasing 32-bit addresses".into()))?;
             addrs.push(v4_key(u128::from(v)));
         }
         for _ in 0..n6 {
@@ -385,28 +404,33 @@ impl Stage2 {
             return Err(corrupt("the address dictionary is not sorted or has bytes after it".into()));
         }
         let mut dir = Vec::with_capacity(n_blocks);
-        let dir_bytes = r.take(n_blocks.checked_mul(DIR_ENTRY).unwrap_or(usize::MAX)).map_err(corrupt)?;
         let mut at_block = r.at;
         for e in dir_bytes.chunks_exact(DIR_ENTRY) {
             let mut e = Rd { b: e, at: 0 };
-            let (first_id, data_at, pos_at) = (e.u64().map_err(corrupt)?, e.u64().map_err(corrupt)?, e.u64().map_err(corrupt)?);
-            let (zlen, raw) = (e.u32().map_err(corrupt)? as usize, e.u32().map_err(corrupt)? as usize);
+            let mut u64s = || e.u64().map_err(corrupt);
+            let (first_id, data_at, pos_at) = (u64s()?, u64s()?, u64s()?);
+            let mut u32s = || e.u32().map_err(corrupt);
+            let (zlen, raw, crc, pos_crc) = (u32s()? as usize, u32s()? as usize, u32s()?, u32s()?);
             if raw > BLOCK_FLOWS * COLUMNS * 10 {
                 return Err(corrupt(format!("a block of {raw} bytes")));
             }
-            dir.push(Dir { first_id, data_at, pos_at, at: base + at_block, zlen, raw });
+            dir.push(Dir { first_id, data_at, pos_at, at: base + at_block, zlen, raw, crc, pos_crc });
             at_block = at_block.checked_add(zlen).ok_or_else(|| corrupt("block lengths overflow".into()))?;
         }
         if at_block != body_bytes.len() {
             return Err(corrupt(format!("the blocks end at {at_block} of {} bytes", body_bytes.len())));
         }
-        let ordered = dir.windows(2).all(|w| {
-            w[0].data_at <= w[1].data_at && w[0].pos_at <= w[1].pos_at && (w[0].first_id < w[1].first_id)
-        });
-        if !ordered || dir.first().is_some_and(|d| d.data_at != 24 || d.pos_at != 0) {
+        let ordered = dir
+            .windows(2)
+            .all(|w| w[0].data_at <= w[1].data_at && w[0].pos_at <= w[1].pos_at && (w[0].first_id < w[1].first_id));
+        let last_pos = dir.last().map_or(0, |d| d.pos_at);
+        if !ordered
+            || dir.first().is_some_and(|d| d.data_at != 24 || d.pos_at != 0)
+            || last_pos > positions.len() as u64
+        {
             return Err(corrupt("the block directory is not in order".into()));
         }
-        let post_z = (base + post_at, post_z, post_raw);
+        let post_z = (base + post_at, post_z, post_raw, post_crc);
         Ok(Stage2 {
             path: path.to_path_buf(),
             at,
@@ -439,7 +463,10 @@ impl Stage2 {
         if let Some(p) = self.postings.get() {
             return Ok(p);
         }
-        let (at, zlen, raw) = self.post_z;
+        let (at, zlen, raw, crc) = self.post_z;
+        if crc32fast::hash(&self.bytes.get()[at..at + zlen]) != crc {
+            return Err(self.corrupt("posting lists checksum mismatch".into()));
+        }
         let b = decompress(&self.bytes.get()[at..at + zlen], raw, "posting lists").map_err(|w| self.corrupt(w))?;
         let bad = || self.corrupt("posting lists truncated or out of range".into());
         let mut at = 0usize;
@@ -476,10 +503,19 @@ impl Stage2 {
     /// Decodes block `b` of the flow table.
     fn block(&self, b: usize) -> Result<Vec<FlowEntry>, StoreError> {
         let d = self.dir[b];
-        let raw = decompress(&self.bytes.get()[d.at..d.at + d.zlen], d.raw, "flow table block").map_err(|w| self.corrupt(w))?;
+        let bad = |why: &str| self.corrupt(format!("flow table block {b}: {why}"));
+        if crc32fast::hash(&self.bytes.get()[d.at..d.at + d.zlen]) != d.crc {
+            return Err(bad("checksum mismatch"));
+        }
+        let pos_end = self.dir.get(b + 1).map_or(self.frame.positions_len as u64, |n| n.pos_at);
+        let pos = &self.bytes.get()[self.positions.clone()];
+        if crc32fast::hash(&pos[d.pos_at as usize..pos_end as usize]) != d.pos_crc {
+            return Err(bad("positions checksum mismatch"));
+        }
+        let raw = decompress(&self.bytes.get()[d.at..d.at + d.zlen], d.raw, "flow table block")
+            .map_err(|w| self.corrupt(w))?;
         let first_slot = b * BLOCK_FLOWS;
         let n = BLOCK_FLOWS.min(self.frame.slots - first_slot);
-        let bad = |why: &str| self.corrupt(format!("flow table block {b}: {why}"));
         let mut cols = vec![[0u64; COLUMNS]; n];
         let mut at = 0usize;
         for c in 0..COLUMNS {
@@ -527,7 +563,8 @@ impl Stage2 {
             };
             flow.orig = side(c[12], c[14], c[16], c[8])?;
             flow.resp = side(c[13], c[15], c[17], c[9])?;
-            let packets = c[12].checked_add(c[13]).filter(|&p| p <= self.frame.packets).ok_or_else(|| bad("packets"))?;
+            let packets =
+                c[12].checked_add(c[13]).filter(|&p| p <= self.frame.packets).ok_or_else(|| bad("packets"))?;
             let stored = packets.wrapping_mul(16).wrapping_add(flow.orig.bytes).wrapping_add(flow.resp.bytes);
             let data_len = stored.wrapping_sub(unzigzag(c[18]));
             let positions_len = packets.checked_add(c[19]).ok_or_else(|| bad("positions length"))?;
@@ -683,19 +720,40 @@ mod tests {
     fn flow_of(id: u64, parts: (u8, u8, u16, u16, u8, u64, u64, [u64; 6], u8), t0: u64) -> Flow {
         let (a, b, pa, pb, proto, first, dur, c, flags) = parts;
         let addr = |x: u8| -> IpAddr {
-            if x % 5 == 4 { IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, x]) } else { IpAddr::from([10, 0, x / 16, x]) }
+            if x % 5 == 4 {
+                IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, x])
+            } else {
+                IpAddr::from([10, 0, x / 16, x])
+            }
         };
         let (lo, hi) = (addr(a), addr(b));
         let (lo, hi) = if lo.is_ipv4() == hi.is_ipv4() { (lo, hi) } else { (lo, lo) };
         let state = ConnState::from_code(flags % 8).unwrap_or(ConnState::Oth);
         Flow {
             id,
-            key: FlowKey { lo_addr: lo, hi_addr: hi, lo_port: pa, hi_port: pb, proto: IpProto(proto), vlan: u16::from(flags) * 3 },
+            key: FlowKey {
+                lo_addr: lo,
+                hi_addr: hi,
+                lo_port: pa,
+                hi_port: pb,
+                proto: IpProto(proto),
+                vlan: u16::from(flags) * 3,
+            },
             orig_is_lo: flags & 1 == 1,
             first_ns: t0.wrapping_add(first),
             last_ns: t0.wrapping_add(first).wrapping_add(dur),
-            orig: Side { packets: c[0] % 1000 + 1, bytes: c[1] % 1_000_000 + c[2] % 1000, payload: c[1] % 1_000_000, flags },
-            resp: Side { packets: c[3] % 1000, bytes: c[4] % 1_000_000 + c[5] % 1000, payload: c[4] % 1_000_000, flags: !flags },
+            orig: Side {
+                packets: c[0] % 1000 + 1,
+                bytes: c[1] % 1_000_000 + c[2] % 1000,
+                payload: c[1] % 1_000_000,
+                flags,
+            },
+            resp: Side {
+                packets: c[3] % 1000,
+                bytes: c[4] % 1_000_000 + c[5] % 1000,
+                payload: c[4] % 1_000_000,
+                flags: !flags,
+            },
             state,
         }
     }
@@ -731,7 +789,8 @@ mod tests {
                     SlotIn { flow: f, data_len: full - c.min(&(f.orig.bytes + f.resp.bytes)), positions_len: packets + c % 3 }
                 })
                 .collect();
-            let body = encode(&ins, t0);
+            let zeros = vec![0u8; ins.iter().map(|s| s.positions_len).sum::<u64>() as usize];
+            let body = encode(&ins, t0, &zeros);
             let frame = Frame {
                 slots: ins.len(),
                 t_min: t0,
