@@ -160,6 +160,11 @@ impl SegmentWriter {
         }
     }
 
+    /// What its packets are.
+    pub fn meta(&self) -> StoreMeta {
+        self.meta
+    }
+
     /// Packets held.
     pub fn packets(&self) -> usize {
         self.packets.len()
@@ -647,6 +652,8 @@ pub struct StoredPacket<'a> {
     pub wirelen: u32,
     /// Captured bytes.
     pub data: &'a [u8],
+    /// What its segment's packets are (link type, snapshot length, precision, byte order).
+    pub meta: StoreMeta,
 }
 
 /// A segment of a store: its files and its stage 1.
@@ -782,7 +789,8 @@ impl Segment {
     ) -> Result<(), StoreError> {
         self.read_span(data, e, buf)?;
         for r in self.records(e, &seqs, buf)? {
-            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data: &buf[r.at..r.at + r.len] });
+            let data = &buf[r.at..r.at + r.len];
+            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: self.stage1.meta });
         }
         Ok(())
     }

@@ -375,7 +375,7 @@ impl Stage2 {
         // The head (fixed part, dictionary, directory) is checked as a whole; the posting lists and each block
         // (with its flows' positions) are checked when decoded, so a lookup reads only what it uses.
         let dict_bytes = r.take(dict_z).map_err(corrupt)?;
-        let dir_bytes = r.take(n_blocks.checked_mul(DIR_ENTRY).unwrap_or(usize::MAX)).map_err(corrupt)?;
+        let dir_bytes = r.take(n_blocks.saturating_mul(DIR_ENTRY)).map_err(corrupt)?;
         let head_end = r.at;
         if crc32fast::hash(&body_bytes[..head_end]) != r.u32().map_err(corrupt)? {
             return Err(corrupt("stage 2 checksum mismatch".into()));

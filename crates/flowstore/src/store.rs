@@ -143,9 +143,16 @@ impl Store {
         &self.segments
     }
 
-    /// What the store's packets are (`None` while it is empty).
-    pub fn meta(&self) -> Option<StoreMeta> {
-        self.segments.first().map(|s| s.stage1.meta)
+    /// What the store's packets are: each distinct link type, snapshot length, precision and byte order of its
+    /// segments, in order of first appearance (empty while the store is).
+    pub fn metas(&self) -> Vec<StoreMeta> {
+        let mut v: Vec<StoreMeta> = Vec::new();
+        for s in &self.segments {
+            if !v.contains(&s.stage1.meta) {
+                v.push(s.stage1.meta);
+            }
+        }
+        v
     }
 
     /// Packets stored.
@@ -173,18 +180,6 @@ impl Store {
             }
             _ => false,
         };
-        if let Some(m) = self.meta()
-            && m.swapped != swapped
-        {
-            return Err(StoreError::Refused(format!(
-                "{} is in the other byte order than the traces of the store: a store holds traces of one byte order",
-                trace.display()
-            )));
-        }
-        let first = reader.interfaces().first().cloned();
-        let mut meta = self.meta().or_else(|| {
-            first.as_ref().map(|i| StoreMeta { linktype: i.linktype, snaplen: i.snaplen, precision, swapped })
-        });
         let mut seq = self.segments.last().map_or(0, |s| s.stage1.seq_max + 1);
         let first_flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
         let mut tracker = FlowTracker::new(first_flow.unwrap_or(0));
@@ -192,6 +187,9 @@ impl Store {
         let mut stats = ImportStats::default();
         let mut writer: Option<SegmentWriter> = None;
         let mut last_report = 0u64;
+        // Snapshot length per interface, learnt at each interface's first packet.
+        let mut snaplens: Vec<Option<u32>> = Vec::new();
+        let mut copy = Vec::new();
         loop {
             let rec = match reader.next_record() {
                 None => break,
@@ -201,24 +199,42 @@ impl Store {
                 }
                 Some(Ok(r)) => r,
             };
-            let m = *meta.get_or_insert(StoreMeta { linktype: rec.linktype, snaplen: 262_144, precision, swapped });
-            if rec.linktype != m.linktype {
-                return Err(StoreError::Refused(format!(
-                    "{} has a packet of link type {} at byte {}, the store holds link type {}: a store holds one link type",
-                    trace.display(),
-                    rec.linktype.0,
-                    rec.offset,
-                    m.linktype.0
-                )));
+            let (ts_ns, wirelen, linktype, offset, iface) =
+                (rec.ts_ns, rec.wirelen, rec.linktype, rec.offset, rec.iface);
+            let known = snaplens.get(iface as usize).copied().flatten();
+            let (snaplen, data) = match known {
+                Some(snap) => (snap, rec.data),
+                None => {
+                    // The record borrows the reader: keep its bytes while asking the reader for the interface.
+                    copy.clear();
+                    copy.extend_from_slice(rec.data);
+                    let snap = reader.interfaces().get(iface as usize).map_or(0, |i| i.snaplen);
+                    let snap = if snap == 0 { 262_144 } else { snap };
+                    if snaplens.len() <= iface as usize {
+                        snaplens.resize(iface as usize + 1, None);
+                    }
+                    snaplens[iface as usize] = Some(snap);
+                    (snap, &copy[..])
+                }
+            };
+            // A segment holds packets of one link type, snapshot length, precision and byte order (its data file
+            // is a pcap file); a packet of another closes it.
+            let m = StoreMeta { linktype, snaplen, precision, swapped };
+            if let Some(w) = writer.take_if(|w| w.meta() != m)
+                && w.packets() > 0
+            {
+                self.close(w, number)?;
+                number += 1;
+                stats.segments += 1;
             }
-            let d = decode(rec.linktype, rec.data);
-            let a = tracker.packet(&d, rec.wirelen, rec.ts_ns);
+            let d = decode(linktype, data);
+            let a = tracker.packet(&d, wirelen, ts_ns);
             let w = writer.get_or_insert_with(|| SegmentWriter::new(m));
             w.push(&PacketIn {
                 seq,
-                ts_ns: rec.ts_ns,
-                wirelen: rec.wirelen,
-                data: rec.data,
+                ts_ns,
+                wirelen,
+                data,
                 flow: a.flow.zip(a.key).map(|(id, key)| (id, key, a.orig_is_lo, a.state)),
                 from_orig: a.from_orig,
                 payload: a.payload,
@@ -232,9 +248,9 @@ impl Store {
                 number += 1;
                 stats.segments += 1;
             }
-            if rec.offset >= last_report + (1 << 24) {
-                last_report = rec.offset;
-                progress(rec.offset);
+            if offset >= last_report + (1 << 24) {
+                last_report = offset;
+                progress(offset);
             }
         }
         if let Some(w) = writer.take()
@@ -307,7 +323,7 @@ impl Store {
             st.packets_read += got.len() as u64;
             for (b, r) in &got {
                 let data = &spans[*b as usize][r.at..r.at + r.len];
-                if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data }) {
+                if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta }) {
                     return Ok(st);
                 }
             }

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use pcaptool_flowstore::{Flow, ImportOptions, Store};
-use pcaptool_packet::{Field, Need, PcapWriter, Pred};
+use pcaptool_flowstore::{Flow, ImportOptions, Store, StoredPacket};
+use pcaptool_packet::{Field, Need, PcapNgWriter, PcapWriter, Pred};
 use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
 
@@ -107,6 +107,12 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
+/// The output of a store query.
+enum Out {
+    Pcap(PcapWriter<Box<dyn Write>>),
+    PcapNg(PcapNgWriter<Box<dyn Write>>),
+}
+
 /// What `pcaptool query DIR` was asked besides the filter.
 pub(crate) struct QueryOpts<'a> {
     pub(crate) flow: Option<u64>,
@@ -124,9 +130,10 @@ pub(crate) struct QueryOpts<'a> {
 pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> anyhow::Result<ExitCode> {
     let QueryOpts { flow, write, count, limit, explain, after, before } = *o;
     let store = open_store(dir)?;
-    let Some(meta) = store.meta() else {
+    let metas = store.metas();
+    if metas.is_empty() {
         bail!("the store {} holds no packets: import traces with `pcaptool import`", dir.display())
-    };
+    }
     let mut need = filter.map_or(Need::All, necessary);
     if after.is_some() || before.is_some() {
         let window = Pred::range(
@@ -162,14 +169,19 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let mut matcher = match filter {
-        Some(f) => Some(
-            f.compile(pcaptool_query::Target { linktype: meta.linktype.base(), swapped: meta.swapped })
-                .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", meta.linktype))?,
-        ),
-        None => None,
-    };
-    let snap = crate::cmd::query::snap_for(meta.linktype, meta.snaplen);
+    // One matcher, snapshot length and output interface per kind of segment (link type, snapshot length,
+    // precision, byte order); the filter must compile for each, as a scan of the traces would require.
+    let mut kinds = Vec::with_capacity(metas.len());
+    for (i, m) in metas.iter().enumerate() {
+        let matcher = match filter {
+            Some(f) => Some(
+                f.compile(pcaptool_query::Target { linktype: m.linktype.base(), swapped: m.swapped })
+                    .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", m.linktype))?,
+            ),
+            None => None,
+        };
+        kinds.push((*m, matcher, crate::cmd::query::snap_for(m.linktype, m.snaplen), i as u32));
+    }
     let to_stdout = write.is_some_and(|w| w.as_os_str() == "-");
     let mut out = match write {
         None => None,
@@ -182,24 +194,40 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
                     File::create(w).with_context(|| format!("cannot create {}", w.display()))?,
                 ))
             };
-            Some(PcapWriter::new(sink, meta.linktype, meta.snaplen, meta.precision)?)
+            // pcap when the store holds one kind of segment (what tcpdump writes); pcapng with an interface per
+            // kind otherwise.
+            Some(match metas[..] {
+                [m] => Out::Pcap(PcapWriter::new(sink, m.linktype, m.snaplen, m.precision)?),
+                _ => {
+                    let mut w = PcapNgWriter::new(sink)?;
+                    for m in &metas {
+                        w.add_interface(m.linktype, m.snaplen, m.precision, None)?;
+                    }
+                    Out::PcapNg(w)
+                }
+            })
         }
     };
     let limit = limit.unwrap_or(u64::MAX);
     let mut matched = 0u64;
     let mut failure: Option<anyhow::Error> = None;
-    let mut each = |ts: u64, wirelen: u32, data: &[u8]| -> bool {
+    let mut each = |q: &StoredPacket<'_>| -> bool {
+        let (ts, wirelen) = (q.ts_ns, q.wirelen);
         if after.is_some_and(|a| ts < a) || before.is_some_and(|b| ts >= b) {
             return true;
         }
-        let data = &data[..data.len().min(snap)];
+        let Some((_, matcher, snap, iface)) = kinds.iter_mut().find(|k| k.0 == q.meta) else { return true };
+        let data = &q.data[..q.data.len().min(*snap)];
         if matcher.as_mut().is_some_and(|m| !m.matches(data, wirelen, ts)) {
             return true;
         }
         matched += 1;
-        if let Some(w) = out.as_mut()
-            && let Err(e) = w.write_packet(ts, wirelen, data)
-        {
+        let written = match out.as_mut() {
+            None => Ok(()),
+            Some(Out::Pcap(w)) => w.write_packet(ts, wirelen, data),
+            Some(Out::PcapNg(w)) => w.write_packet(*iface, ts, wirelen, data),
+        };
+        if let Err(e) = written {
             failure = Some(anyhow::Error::from(e).context("cannot write the output"));
             return false;
         }
@@ -208,16 +236,18 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
     let result = match flow {
         Some(id) => store
             .flow(id, &mut |q| {
-                each(q.ts_ns, q.wirelen, q.data);
+                each(q);
             })
             .map(|found| (found, None)),
-        None => store.query(&need, &mut |q| each(q.ts_ns, q.wirelen, q.data)).map(|st| (true, Some(st))),
+        None => store.query(&need, &mut each).map(|st| (true, Some(st))),
     };
-    let finish = |out: Option<PcapWriter<Box<dyn Write>>>| -> anyhow::Result<()> {
-        if let Some(w) = out {
-            w.finish().context("cannot write the output")?.flush().context("cannot write the output")?;
-        }
-        Ok(())
+    let finish = |out: Option<Out>| -> anyhow::Result<()> {
+        let sink = match out {
+            None => return Ok(()),
+            Some(Out::Pcap(w)) => w.finish(),
+            Some(Out::PcapNg(w)) => w.finish(),
+        };
+        sink.context("cannot write the output")?.flush().context("cannot write the output")
     };
     let outcome = result.map_err(anyhow::Error::from).and_then(|r| match failure.take() {
         Some(e) => Err(e),
@@ -344,7 +374,7 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
             serde_json::json!({
                 "store": dir, "segments": segs.len(), "packets": packets, "data_bytes": bytes, "flows": flows,
                 "index_bytes": index, "first_ns": t_min, "last_ns": t_max,
-                "linktype": store.meta().map(|m| m.linktype.0),
+                "linktypes": store.metas().iter().map(|m| m.linktype.0).collect::<Vec<_>>(),
             })
         );
     } else {
