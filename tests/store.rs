@@ -155,6 +155,61 @@ fn one_store_holds_several_link_types_and_byte_orders() {
     }
 }
 
+/// A pcapng capture of two interfaces whose packets interleave: one open segment per interface (not a segment
+/// per run), queries merge them back into the capture's order, and the output keeps each packet's interface.
+#[test]
+fn interleaved_interfaces_stay_apart_and_in_order() {
+    let tmp = TempDir::new("store-ifaces");
+    let src = gen_trace(&tmp, "gen.pcap", 8_000, 5);
+    let two = tmp.join("two.pcapng");
+    {
+        let mut w = pcaptool_packet::PcapNgWriter::new(std::fs::File::create(&two).unwrap()).unwrap();
+        let eth = pcaptool_packet::LinkType::ETHERNET;
+        w.add_interface(eth, 262_144, pcaptool_packet::TsPrecision::Nano, Some("left0")).unwrap();
+        w.add_interface(eth, 262_144, pcaptool_packet::TsPrecision::Nano, Some("right1")).unwrap();
+        let mut r = TraceReader::open(&src).unwrap();
+        let mut i = 0u32;
+        while let Some(rec) = r.next_record() {
+            let rec = rec.unwrap();
+            // Runs of 1-3 packets per interface, so that neither sees all of a flow.
+            w.write_packet((i / 2 + i / 3) % 2, rec.ts_ns, rec.wirelen, rec.data).unwrap();
+            i += 1;
+        }
+        w.finish().unwrap();
+    }
+    let dir = tmp.join("store");
+    let o = pcaptool(&["import", p(&two), "--store", p(&dir), "--segment-size", "256K"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = pcaptool(&["info", p(&dir), "--json"]);
+    let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (segments, bytes) = (info["segments"].as_u64().unwrap(), info["data_bytes"].as_u64().unwrap());
+    assert!(segments <= bytes / (256 << 10) + 2, "one open segment per interface: {info}");
+    let tshark = tool("tshark");
+    for f in ["tcp", "udp or icmp", "net 10.0.1.0/24", "tcp[tcpflags] & tcp-syn != 0"] {
+        let (a, b) = (tmp.join("store.pcapng"), tmp.join("scan.pcapng"));
+        let oa = pcaptool(&["query", p(&dir), f, "-w", p(&a)]);
+        let ob = pcaptool(&["query", "--scan", p(&two), f, "-w", p(&b)]);
+        assert!(oa.status.success() && ob.status.success(), "`{f}`: {}{}", err(&oa), err(&ob));
+        assert_eq!(records(&a), records(&b), "`{f}`: store vs scan");
+        assert!(!records(&a).is_empty(), "`{f}` selects packets");
+        if let Some(tshark) = &tshark {
+            let ifaces = |path: &Path| {
+                let o = Command::new(tshark)
+                    .arg("-r")
+                    .arg(path)
+                    .args(["-T", "fields", "-e", "frame.interface_name"])
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "tshark: {}", err(&o));
+                String::from_utf8_lossy(&o.stdout).into_owned()
+            };
+            let (x, y) = (ifaces(&a), ifaces(&b));
+            assert_eq!(x, y, "`{f}`: each packet's interface");
+            assert!(x.contains("left0") && x.contains("right1"), "`{f}`: both interfaces named: {x}");
+        }
+    }
+}
+
 /// Several traces imported in order answer as their concatenation; `--flow` gives one connection in order;
 /// `flows` and `info` describe the store; `--max-size` removes the oldest segments whole.
 #[test]

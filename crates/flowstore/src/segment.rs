@@ -42,6 +42,9 @@ pub struct StoreMeta {
     /// few link-layer fields, such as DLT_NULL's family, in the capture's byte order; packets are kept as they
     /// were).
     pub swapped: bool,
+    /// The interface the packets came from: its index in the source pcapng file (0 for pcap), or in a
+    /// capture's list of interfaces. Query output keeps interfaces apart.
+    pub iface: u32,
 }
 
 /// One packet handed to a [`SegmentWriter`].
@@ -87,6 +90,7 @@ struct SlotFlow {
 #[derive(Debug)]
 pub struct SegmentWriter {
     meta: StoreMeta,
+    iface_name: String,
     buf: Vec<u8>,
     packets: Vec<Pending>,
     slots: Vec<SlotFlow>,
@@ -146,10 +150,17 @@ pub(crate) fn no_flow() -> Flow {
 }
 
 impl SegmentWriter {
-    /// An empty segment of packets described by `meta`.
-    pub fn new(meta: StoreMeta) -> SegmentWriter {
+    /// An empty segment of packets described by `meta`, from the interface named `iface_name` (cut to 255
+    /// bytes at a character boundary; empty if unknown).
+    pub fn new(meta: StoreMeta, iface_name: &str) -> SegmentWriter {
+        let mut end = iface_name.len().min(255);
+        while !iface_name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let iface_name = iface_name[..end].to_string();
         SegmentWriter {
             meta,
+            iface_name,
             buf: Vec::new(),
             packets: Vec::new(),
             slots: vec![SlotFlow { flow: no_flow(), kind: 0 }],
@@ -163,6 +174,11 @@ impl SegmentWriter {
     /// What its packets are.
     pub fn meta(&self) -> StoreMeta {
         self.meta
+    }
+
+    /// Position of its first packet in the store's order (`u64::MAX` while empty).
+    pub fn first_seq(&self) -> u64 {
+        self.packets.first().map_or(u64::MAX, |p| p.seq)
     }
 
     /// Packets held.
@@ -344,6 +360,7 @@ impl SegmentWriter {
             flow_min: ids.clone().min().unwrap_or(u64::MAX),
             flow_max: ids.max().unwrap_or(0),
             unknown_fields: self.unknown_fields,
+            iface_name: std::mem::take(&mut self.iface_name),
             addr_bloom,
             port_bloom,
             id_bloom,
@@ -495,6 +512,8 @@ pub struct Stage1 {
     pub flow_max: u64,
     /// Whether some packet's address or port fields are unknown to the Bloom filters.
     pub unknown_fields: bool,
+    /// The name of the interface the packets came from, if known (at most 255 bytes).
+    pub iface_name: String,
     addr_bloom: Bloom,
     port_bloom: Bloom,
     id_bloom: Bloom,
@@ -534,6 +553,9 @@ impl Stage1 {
                 o.extend_from_slice(&w.to_le_bytes());
             }
         }
+        o.extend_from_slice(&self.meta.iface.to_le_bytes());
+        o.push(self.iface_name.len() as u8);
+        o.extend_from_slice(self.iface_name.as_bytes());
         o
     }
 
@@ -569,12 +591,16 @@ impl Stage1 {
         let addr_bloom = bloom(&mut r)?;
         let port_bloom = bloom(&mut r)?;
         let id_bloom = bloom(&mut r)?;
+        let iface = r.u32()?;
+        let name_len = r.u8()? as usize;
+        let iface_name = String::from_utf8(r.take(name_len)?.to_vec()).map_err(|_| "interface name not UTF-8")?;
         if r.at != b.len() {
             return Err("bytes after stage 1".into());
         }
         Ok(Stage1 {
             number,
-            meta: StoreMeta { linktype, snaplen, precision, swapped },
+            meta: StoreMeta { linktype, snaplen, precision, swapped, iface },
+            iface_name,
             packets,
             bytes,
             flows,

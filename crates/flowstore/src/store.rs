@@ -55,6 +55,102 @@ pub struct QueryStats {
     pub bytes_read: u64,
 }
 
+/// Packets being added to a store, from a trace or a capture: one open segment per kind of packet (interface,
+/// link type, snapshot length, precision, byte order), each closed and made visible at its bound, at
+/// [`flush`](Self::flush) and at [`finish`](Self::finish). Packets of one flow from one interface stand together;
+/// every packet keeps its position in the order it was pushed.
+#[derive(Debug)]
+pub struct Ingest<'s> {
+    store: &'s mut Store,
+    opts: ImportOptions,
+    tracker: FlowTracker,
+    seq: u64,
+    number: u32,
+    writers: Vec<SegmentWriter>,
+    packets: u64,
+    segments: u32,
+}
+
+impl Ingest<'_> {
+    /// Adds a packet of kind `meta` from the interface named `iface_name`; closes its segment when full.
+    pub fn push(
+        &mut self,
+        meta: StoreMeta,
+        iface_name: &str,
+        ts_ns: u64,
+        wirelen: u32,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        let i = match self.writers.iter().position(|w| w.meta() == meta) {
+            Some(i) => i,
+            None => {
+                self.writers.push(SegmentWriter::new(meta, iface_name));
+                self.writers.len() - 1
+            }
+        };
+        let d = decode(meta.linktype, data);
+        let a = self.tracker.packet(&d, wirelen, ts_ns);
+        let w = &mut self.writers[i];
+        w.push(&PacketIn {
+            seq: self.seq,
+            ts_ns,
+            wirelen,
+            data,
+            flow: a.flow.zip(a.key).map(|(id, key)| (id, key, a.orig_is_lo, a.state)),
+            from_orig: a.from_orig,
+            payload: a.payload,
+            flags: a.flags,
+        });
+        self.seq += 1;
+        self.packets += 1;
+        if w.data_bytes() >= self.opts.segment_bytes || w.packets() as u64 >= self.opts.segment_packets {
+            let w = self.writers.swap_remove(i);
+            self.close(w)?;
+        } else if self.writers.len() > 1 && self.pending_bytes() > self.opts.segment_bytes.saturating_mul(2) {
+            // Many kinds at once: memory stays within two segments' worth, the biggest closes early.
+            let big = (0..self.writers.len()).max_by_key(|&j| self.writers[j].data_bytes()).unwrap_or(i);
+            let w = self.writers.swap_remove(big);
+            self.close(w)?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, w: SegmentWriter) -> Result<(), StoreError> {
+        if w.packets() > 0 {
+            self.store.close(w, self.number)?;
+            self.number += 1;
+            self.segments += 1;
+        }
+        Ok(())
+    }
+
+    /// Closes every open segment, so that queries see every packet pushed so far.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        // Oldest first: the segment holding the earliest packet gets the lowest number.
+        self.writers.sort_by_key(|w| w.first_seq());
+        for w in std::mem::take(&mut self.writers) {
+            self.close(w)?;
+        }
+        Ok(())
+    }
+
+    /// Packets pushed so far.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Bytes held in open segments.
+    pub fn pending_bytes(&self) -> u64 {
+        self.writers.iter().map(SegmentWriter::data_bytes).sum()
+    }
+
+    /// Closes every open segment; returns the packets pushed and the segments written.
+    pub fn finish(mut self) -> Result<(u64, u32), StoreError> {
+        self.flush()?;
+        Ok((self.packets, self.segments))
+    }
+}
+
 /// An open store.
 #[derive(Debug)]
 pub struct Store {
@@ -160,8 +256,26 @@ impl Store {
         self.segments.iter().map(|s| s.stage1.packets).sum()
     }
 
-    /// Imports `trace` after what the store holds. Memory holds one segment's packets; each segment is complete
-    /// on disk before the next begins. `progress` gets the stream offset reached.
+    /// Starts adding packets after what the store holds (see [`Ingest`]).
+    pub fn ingest(&mut self, opts: &ImportOptions) -> Ingest<'_> {
+        let seq = self.segments.iter().map(|s| s.stage1.seq_max + 1).max().unwrap_or(0);
+        let first_flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
+        let number = self.segments.iter().map(|s| s.stage1.number + 1).max().unwrap_or(0);
+        Ingest {
+            tracker: FlowTracker::new(first_flow.unwrap_or(0)),
+            store: self,
+            opts: opts.clone(),
+            seq,
+            number,
+            writers: Vec::new(),
+            packets: 0,
+            segments: 0,
+        }
+    }
+
+    /// Imports `trace` after what the store holds. Memory holds at most one segment's packets per kind of
+    /// packet (interface, link type, snapshot length, precision, byte order); each segment is complete on disk
+    /// when it becomes visible. `progress` gets the stream offset reached.
     pub fn import(
         &mut self,
         trace: &Path,
@@ -180,85 +294,47 @@ impl Store {
             }
             _ => false,
         };
-        let mut seq = self.segments.last().map_or(0, |s| s.stage1.seq_max + 1);
-        let first_flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
-        let mut tracker = FlowTracker::new(first_flow.unwrap_or(0));
-        let mut number = self.segments.last().map_or(0, |s| s.stage1.number + 1);
-        let mut stats = ImportStats::default();
-        let mut writer: Option<SegmentWriter> = None;
+        let mut damage = None;
+        let mut ingest = self.ingest(opts);
         let mut last_report = 0u64;
-        // Snapshot length per interface, learnt at each interface's first packet.
-        let mut snaplens: Vec<Option<u32>> = Vec::new();
+        // Snapshot length and name per interface, learnt at each interface's first packet.
+        let mut ifaces: Vec<Option<(u32, String)>> = Vec::new();
         let mut copy = Vec::new();
         loop {
             let rec = match reader.next_record() {
                 None => break,
                 Some(Err(e)) => {
-                    stats.damage = Some(e);
+                    damage = Some(e);
                     break;
                 }
                 Some(Ok(r)) => r,
             };
             let (ts_ns, wirelen, linktype, offset, iface) =
                 (rec.ts_ns, rec.wirelen, rec.linktype, rec.offset, rec.iface);
-            let known = snaplens.get(iface as usize).copied().flatten();
-            let (snaplen, data) = match known {
-                Some(snap) => (snap, rec.data),
-                None => {
-                    // The record borrows the reader: keep its bytes while asking the reader for the interface.
-                    copy.clear();
-                    copy.extend_from_slice(rec.data);
-                    let snap = reader.interfaces().get(iface as usize).map_or(0, |i| i.snaplen);
-                    let snap = if snap == 0 { 262_144 } else { snap };
-                    if snaplens.len() <= iface as usize {
-                        snaplens.resize(iface as usize + 1, None);
-                    }
-                    snaplens[iface as usize] = Some(snap);
-                    (snap, &copy[..])
+            let i = iface as usize;
+            let data = if ifaces.get(i).is_some_and(Option::is_some) {
+                rec.data
+            } else {
+                // The record borrows the reader: keep its bytes while asking the reader for the interface.
+                copy.clear();
+                copy.extend_from_slice(rec.data);
+                let (snap, name) = reader.interfaces().get(i).map_or((0, None), |f| (f.snaplen, f.name.clone()));
+                if ifaces.len() <= i {
+                    ifaces.resize(i + 1, None);
                 }
+                ifaces[i] = Some((if snap == 0 { 262_144 } else { snap }, name.unwrap_or_default()));
+                &copy[..]
             };
-            // A segment holds packets of one link type, snapshot length, precision and byte order (its data file
-            // is a pcap file); a packet of another closes it.
-            let m = StoreMeta { linktype, snaplen, precision, swapped };
-            if let Some(w) = writer.take_if(|w| w.meta() != m)
-                && w.packets() > 0
-            {
-                self.close(w, number)?;
-                number += 1;
-                stats.segments += 1;
-            }
-            let d = decode(linktype, data);
-            let a = tracker.packet(&d, wirelen, ts_ns);
-            let w = writer.get_or_insert_with(|| SegmentWriter::new(m));
-            w.push(&PacketIn {
-                seq,
-                ts_ns,
-                wirelen,
-                data,
-                flow: a.flow.zip(a.key).map(|(id, key)| (id, key, a.orig_is_lo, a.state)),
-                from_orig: a.from_orig,
-                payload: a.payload,
-                flags: a.flags,
-            });
-            seq += 1;
-            stats.packets += 1;
-            if w.data_bytes() >= opts.segment_bytes || w.packets() as u64 >= opts.segment_packets {
-                let w = writer.take().expect("a segment is open");
-                self.close(w, number)?;
-                number += 1;
-                stats.segments += 1;
-            }
+            let (snaplen, name) = ifaces[i].as_ref().map_or((262_144, ""), |(s, n)| (*s, n.as_str()));
+            let meta = StoreMeta { linktype, snaplen, precision, swapped, iface };
+            ingest.push(meta, name, ts_ns, wirelen, data)?;
             if offset >= last_report + (1 << 24) {
                 last_report = offset;
                 progress(offset);
             }
         }
-        if let Some(w) = writer.take()
-            && w.packets() > 0
-        {
-            self.close(w, number)?;
-            stats.segments += 1;
-        }
+        let (packets, segments) = ingest.finish()?;
+        let mut stats = ImportStats { packets, segments, damage, ..ImportStats::default() };
         if let Some(max) = opts.max_size {
             stats.removed = self.retain_size(max)?;
         }
@@ -295,38 +371,53 @@ impl Store {
     /// returns false to stop.
     pub fn query(&self, need: &Need, f: &mut dyn FnMut(&StoredPacket<'_>) -> bool) -> Result<QueryStats, StoreError> {
         let mut st = QueryStats { segments: self.segments.len() as u32, ..QueryStats::default() };
-        for seg in &self.segments {
-            if !seg.stage1.may_match(need) {
-                continue;
+        // Segments by their first packet; segments whose positions overlap (several kinds of packet were being
+        // stored at once) are read together and their packets merged by position.
+        let mut order: Vec<&Segment> = self.segments.iter().filter(|s| s.stage1.packets > 0).collect();
+        order.sort_by_key(|s| s.stage1.seq_min);
+        let mut i = 0;
+        while i < order.len() {
+            let mut end = order[i].stage1.seq_max;
+            let mut j = i + 1;
+            while j < order.len() && order[j].stage1.seq_min <= end {
+                end = end.max(order[j].stage1.seq_max);
+                j += 1;
             }
-            st.stage1_passed += 1;
-            let s2 = seg.stage2()?;
-            let entries = s2.candidates(need)?;
-            if entries.iter().all(|e| e.packets == 0) {
-                continue;
-            }
-            let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
-            // Each flow is one read into its own buffer; the packets are then visited in original order.
-            let mut spans: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
+            let mut spans: Vec<(&Segment, Vec<u8>)> = Vec::new();
             let mut got: Vec<(u32, Record)> = Vec::new();
-            for e in entries.iter().filter(|e| e.packets > 0) {
-                st.flows_read += 1;
-                st.bytes_read += e.data_len;
-                let mut span = Vec::new();
-                seg.read_span(&data, e, &mut span)?;
-                let seqs = s2.positions(e)?;
-                let b = spans.len() as u32;
-                got.extend(seg.records(e, &seqs, &span)?.into_iter().map(|r| (b, r)));
-                spans.push(span);
+            for seg in &order[i..j] {
+                if !seg.stage1.may_match(need) {
+                    continue;
+                }
+                st.stage1_passed += 1;
+                let s2 = seg.stage2()?;
+                let entries = s2.candidates(need)?;
+                if entries.iter().all(|e| e.packets == 0) {
+                    continue;
+                }
+                let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
+                // Each flow is one read into its own buffer; the packets are then visited in original order.
+                for e in entries.iter().filter(|e| e.packets > 0) {
+                    st.flows_read += 1;
+                    st.bytes_read += e.data_len;
+                    let mut span = Vec::new();
+                    seg.read_span(&data, e, &mut span)?;
+                    let seqs = s2.positions(e)?;
+                    let b = spans.len() as u32;
+                    got.extend(seg.records(e, &seqs, &span)?.into_iter().map(|r| (b, r)));
+                    spans.push((seg, span));
+                }
             }
             got.sort_unstable_by_key(|g| g.1.seq);
             st.packets_read += got.len() as u64;
             for (b, r) in &got {
-                let data = &spans[*b as usize][r.at..r.at + r.len];
+                let (seg, span) = &spans[*b as usize];
+                let data = &span[r.at..r.at + r.len];
                 if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta }) {
                     return Ok(st);
                 }
             }
+            i = j;
         }
         Ok(st)
     }
@@ -334,16 +425,26 @@ impl Store {
     /// Calls `f` with the packets of flow `id` in order (one read per segment the flow spans); false if the
     /// store has no such flow.
     pub fn flow(&self, id: u64, f: &mut dyn FnMut(&StoredPacket<'_>)) -> Result<bool, StoreError> {
-        let mut found = false;
-        let mut buf = Vec::new();
+        let mut spans: Vec<(&Segment, Vec<u8>)> = Vec::new();
+        let mut got: Vec<(u32, Record)> = Vec::new();
         for seg in self.segments.iter().filter(|s| s.stage1.may_hold_flow(id)) {
             if let Some((entry, seqs)) = seg.find_flow(id)? {
-                found = true;
                 let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
-                seg.read_entry(&data, &entry, seqs, &mut buf, f)?;
+                let mut span = Vec::new();
+                seg.read_span(&data, &entry, &mut span)?;
+                let b = spans.len() as u32;
+                got.extend(seg.records(&entry, &seqs, &span)?.into_iter().map(|r| (b, r)));
+                spans.push((seg, span));
             }
         }
-        Ok(found)
+        // A flow seen on several interfaces lies in segments of each: merged by position.
+        got.sort_unstable_by_key(|g| g.1.seq);
+        for (b, r) in &got {
+            let (seg, span) = &spans[*b as usize];
+            let data = &span[r.at..r.at + r.len];
+            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta });
+        }
+        Ok(!spans.is_empty())
     }
 
     /// The flow records that may satisfy `need`, parts in several segments merged, by id.

@@ -201,7 +201,13 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
                 _ => {
                     let mut w = PcapNgWriter::new(sink)?;
                     for m in &metas {
-                        w.add_interface(m.linktype, m.snaplen, m.precision, None)?;
+                        let name = store.segments().iter().find(|s| s.stage1.meta == *m).map(|s| &s.stage1.iface_name);
+                        w.add_interface(
+                            m.linktype,
+                            m.snaplen,
+                            m.precision,
+                            name.filter(|n| !n.is_empty()).map(|n| n.as_str()),
+                        )?;
                     }
                     Out::PcapNg(w)
                 }
