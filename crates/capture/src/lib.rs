@@ -1,5 +1,622 @@
-//! Live capture for pcaptool: AF_XDP with an AF_PACKET fallback.
+//! Live capture for pcaptool: packets from network interfaces, handed in batches to a [`Sink`] on another thread.
 //!
-//! Filled by the live-capture issue; until then it is empty.
+//! The threads that read the NIC only copy packets into pre-allocated buffers and pass them on; a sink (the
+//! flow store, in `pcaptool capture`) consumes them on the calling thread, so disk and index work never block a
+//! capture thread (n2disk's writer thread, FloSIS's split of capture, writing and indexing). When the sink falls
+//! behind and every buffer is in use, packets are dropped and counted, never lost silently.
+//!
+//! Backend: AF_PACKET with a TPACKET_V3 ring (kernel nanosecond timestamps), one socket per queue joined in a
+//! fanout group. AF_XDP is not built in yet: asking for it is an error that says so.
+//!
+//! ```no_run
+//! use pcaptool_capture::{CaptureConfig, Control, Sink, SinkError};
+//!
+//! struct Count(u64);
+//! impl Sink for Count {
+//!     fn packet(&mut self, _iface: u32, _ts_ns: u64, _wirelen: u32, _data: &[u8]) -> Result<(), SinkError> {
+//!         self.0 += 1;
+//!         Ok(())
+//!     }
+//!     fn flush(&mut self) -> Result<(), SinkError> {
+//!         Ok(())
+//!     }
+//! }
+//! let config = CaptureConfig::new(vec!["eth0".into()]);
+//! let control = Control::default();
+//! control.limit_packets(1000);
+//! let summary = pcaptool_capture::run(&config, &mut Count(0), &control, &mut |_event| {})?;
+//! println!("{} packets", summary.total().written);
+//! # Ok::<(), pcaptool_capture::CaptureError>(())
+//! ```
 
 #![deny(missing_docs)]
+
+mod ring;
+mod sys;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use pcaptool_packet::LinkType;
+use pcaptool_query::{Filter, Matcher, Target};
+
+/// Which way packets come from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// AF_XDP where it can run, AF_PACKET otherwise (today: AF_PACKET, AF_XDP is not built in).
+    Auto,
+    /// AF_PACKET with a TPACKET_V3 ring.
+    AfPacket,
+    /// AF_XDP sockets (not built in yet).
+    AfXdp,
+}
+
+impl Backend {
+    /// Its name as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::AfPacket => "af_packet",
+            Backend::AfXdp => "af_xdp",
+        }
+    }
+}
+
+/// What to capture and how.
+#[derive(Clone, Debug)]
+pub struct CaptureConfig {
+    /// Interfaces, each recorded as its own interface (its index in this list).
+    pub interfaces: Vec<String>,
+    /// Bytes kept of each packet.
+    pub snaplen: u32,
+    /// Sockets (and threads) per interface, joined in a fanout group by flow hash.
+    pub queues: usize,
+    /// Bytes of kernel ring per socket.
+    pub ring_bytes: usize,
+    /// Bytes of buffers between the capture threads and the sink, in all.
+    pub buffer_bytes: usize,
+    /// Only packets this filter matches are kept (tcpdump's language, run by the query crate's evaluator).
+    pub filter: Option<Filter>,
+    /// The backend asked for.
+    pub backend: Backend,
+    /// How often the sink is flushed (so that queries see what was captured).
+    pub flush_every: Duration,
+}
+
+impl CaptureConfig {
+    /// Capture of whole packets on `interfaces`: one queue each, 64 MiB of ring per socket, 256 MiB of buffers,
+    /// flushed every 5 seconds.
+    pub fn new(interfaces: Vec<String>) -> CaptureConfig {
+        CaptureConfig {
+            interfaces,
+            snaplen: 262_144,
+            queues: 1,
+            ring_bytes: 64 << 20,
+            buffer_bytes: 256 << 20,
+            filter: None,
+            backend: Backend::Auto,
+            flush_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// An interface being captured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name.
+    pub name: String,
+    /// Its index in the configuration (the interface id packets are recorded with).
+    pub id: u32,
+    /// The link type of its packets.
+    pub linktype: LinkType,
+}
+
+/// An error a sink reports; capture stops and the error is returned with what was counted.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where captured packets go.
+pub trait Sink {
+    /// Takes a packet of interface `iface` (its index in [`CaptureConfig::interfaces`]).
+    fn packet(&mut self, iface: u32, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), SinkError>;
+    /// Makes everything taken so far durable and visible.
+    fn flush(&mut self) -> Result<(), SinkError>;
+    /// Flows seen so far (for statistics; 0 if the sink does not track flows).
+    fn flows(&self) -> u64 {
+        0
+    }
+}
+
+/// Why capture could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// No interface of that name.
+    #[error("there is no network interface named `{0}` (`ip link` lists them)")]
+    NoInterface(String),
+    /// The process may not open packet sockets.
+    #[error(
+        "capturing on {0} needs the CAP_NET_RAW capability: run as root, or grant it with `setcap cap_net_raw,cap_net_admin+eip <path of pcaptool>`"
+    )]
+    Privileges(String),
+    /// The interface's hardware type has no link type pcaptool records.
+    #[error("{name} has hardware type {hw}, which pcaptool cannot record yet (Ethernet, loopback and raw IP can be)")]
+    LinkType {
+        /// The interface.
+        name: String,
+        /// Its ARPHRD type.
+        hw: u16,
+    },
+    /// The filter does not compile for an interface's link type.
+    #[error("the filter is invalid for {name} (link type {linktype}): {why}")]
+    Filter {
+        /// The interface.
+        name: String,
+        /// Its link type.
+        linktype: LinkType,
+        /// The compiler's message.
+        why: String,
+    },
+    /// The backend asked for is not available.
+    #[error("{0}")]
+    Backend(String),
+    /// A system call failed.
+    #[error("{what} on {name}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The interface.
+        name: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The sink failed; capture stopped.
+    #[error("{source} (capture stopped: {summary})")]
+    Sink {
+        /// The sink's error.
+        source: SinkError,
+        /// What was counted up to then.
+        summary: Box<Summary>,
+    },
+}
+
+/// Counters of one interface; all monotonic.
+#[derive(Debug, Default)]
+struct Counters {
+    received: AtomicU64,
+    kernel_drops: AtomicU64,
+    ring_full: AtomicU64,
+    filtered: AtomicU64,
+    dropped: AtomicU64,
+    malformed: AtomicU64,
+    written: AtomicU64,
+    bytes: AtomicU64,
+    unwritten: AtomicU64,
+}
+
+/// Statistics of one interface (or their sum).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets read from the kernel's ring.
+    pub received: u64,
+    /// Packets the kernel dropped because the ring was full.
+    pub kernel_drops: u64,
+    /// Times the kernel found the ring full (`tp_freeze_q_cnt`).
+    pub ring_full: u64,
+    /// Packets the capture filter rejected.
+    pub filtered: u64,
+    /// Packets pcaptool dropped because every buffer to the sink was in use.
+    pub dropped: u64,
+    /// Ring entries whose offsets were not inside their block (never expected; counted, not read).
+    pub malformed: u64,
+    /// Packets the sink took.
+    pub written: u64,
+    /// Bytes (captured) the sink took.
+    pub bytes: u64,
+    /// Packets captured but not given to the sink because it failed or a limit was reached first.
+    pub unwritten: u64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.received += o.received;
+        self.kernel_drops += o.kernel_drops;
+        self.ring_full += o.ring_full;
+        self.filtered += o.filtered;
+        self.dropped += o.dropped;
+        self.malformed += o.malformed;
+        self.written += o.written;
+        self.bytes += o.bytes;
+        self.unwritten += o.unwritten;
+    }
+}
+
+impl Counters {
+    fn snapshot(&self) -> Stats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            received: g(&self.received),
+            kernel_drops: g(&self.kernel_drops),
+            ring_full: g(&self.ring_full),
+            filtered: g(&self.filtered),
+            dropped: g(&self.dropped),
+            malformed: g(&self.malformed),
+            written: g(&self.written),
+            bytes: g(&self.bytes),
+            unwritten: g(&self.unwritten),
+        }
+    }
+}
+
+/// What a capture did, per interface.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// The interfaces, in configuration order.
+    pub interfaces: Vec<Interface>,
+    /// Their statistics, in the same order.
+    pub stats: Vec<Stats>,
+    /// Flows the sink saw.
+    pub flows: u64,
+    /// The backend that ran.
+    pub backend: &'static str,
+    /// How long the capture ran.
+    pub elapsed: Duration,
+}
+
+impl Summary {
+    /// The statistics of all interfaces together.
+    pub fn total(&self) -> Stats {
+        let mut t = Stats::default();
+        for s in &self.stats {
+            t.add(s);
+        }
+        t
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = self.total();
+        write!(
+            f,
+            "{} packets received, {} written ({} bytes), {} dropped by the kernel, {} dropped by pcaptool, {} filtered out, {} not written, {} flows",
+            t.received, t.written, t.bytes, t.kernel_drops, t.dropped, t.filtered, t.unwritten, self.flows
+        )
+    }
+}
+
+/// Stops a capture from another thread (a signal handler's flag, say) and sets its limits.
+#[derive(Debug, Default)]
+pub struct Control {
+    stop: Arc<AtomicBool>,
+    max_packets: AtomicU64,
+    max_nanos: AtomicU64,
+}
+
+impl Control {
+    /// A control whose stop flag is `flag` (for example one a signal handler sets).
+    pub fn with_flag(flag: Arc<AtomicBool>) -> Control {
+        Control { stop: flag, ..Control::default() }
+    }
+
+    /// Asks the capture to stop: capture threads finish the block in hand, the sink gets what was captured,
+    /// then is flushed.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Stop once this many packets were written.
+    pub fn limit_packets(&self, n: u64) {
+        self.max_packets.store(n, Ordering::SeqCst);
+    }
+
+    /// Stop after this long.
+    pub fn limit_time(&self, d: Duration) {
+        self.max_nanos.store(d.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::SeqCst);
+    }
+}
+
+/// A batch of packets on its way from a capture thread to the sink.
+#[derive(Debug, Default)]
+struct Batch {
+    data: Vec<u8>,
+    /// iface, ts, wirelen, start, len
+    pkts: Vec<(u32, u64, u32, usize, usize)>,
+}
+
+/// The interfaces of `config`, checked to exist and to have a link type pcaptool records.
+pub fn interfaces(config: &CaptureConfig) -> Result<Vec<Interface>, CaptureError> {
+    config
+        .interfaces
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            sys::if_index(name).ok_or_else(|| CaptureError::NoInterface(name.clone()))?;
+            let hw = sys::hw_type(name).unwrap_or(u16::MAX);
+            let linktype = match hw {
+                1 | 772 => LinkType::ETHERNET,
+                65534 => LinkType::RAW,
+                _ => return Err(CaptureError::LinkType { name: name.clone(), hw }),
+            };
+            Ok(Interface { name: name.clone(), id: i as u32, linktype })
+        })
+        .collect()
+}
+
+/// The interfaces of `config` (as [`interfaces`]), after checking that this process may capture on them, so
+/// that a missing privilege is reported before anything is set up.
+pub fn probe(config: &CaptureConfig) -> Result<Vec<Interface>, CaptureError> {
+    let ifaces = interfaces(config)?;
+    if let Some(i) = ifaces.first() {
+        sys::probe().map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => CaptureError::Privileges(i.name.clone()),
+            _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
+        })?;
+    }
+    if config.backend == Backend::AfXdp {
+        return Err(CaptureError::Backend(
+            "AF_XDP is not built into this pcaptool yet: use --backend af_packet (or auto)".into(),
+        ));
+    }
+    Ok(ifaces)
+}
+
+/// What a running capture reports.
+#[derive(Clone, Copy, Debug)]
+pub enum Event<'a> {
+    /// Every socket is open and bound: packets from now on are captured.
+    Started(&'a Summary),
+    /// The statistics, about once a second.
+    Stats(&'a Summary),
+}
+
+/// Captures until `control` stops it or a limit is reached, handing packets to `sink` on this thread;
+/// `events` hears when capture starts and gets the statistics about once a second. Returns what was counted.
+pub fn run(
+    config: &CaptureConfig,
+    sink: &mut dyn Sink,
+    control: &Control,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<Summary, CaptureError> {
+    let ifaces = interfaces(config)?;
+    if config.backend == Backend::AfXdp {
+        return Err(CaptureError::Backend(
+            "AF_XDP is not built into this pcaptool yet: use --backend af_packet (or auto)".into(),
+        ));
+    }
+    let mut matchers = Vec::with_capacity(ifaces.len());
+    for i in &ifaces {
+        matchers.push(match &config.filter {
+            Some(f) => Some(f.compile(Target::new(i.linktype)).map_err(|e| CaptureError::Filter {
+                name: i.name.clone(),
+                linktype: i.linktype,
+                why: e.to_string(),
+            })?),
+            None => None,
+        });
+    }
+    // Open every socket first, so that a missing privilege or interface fails before anything runs.
+    let block_size: u32 = 1 << 20;
+    let block_nr = (config.ring_bytes / block_size as usize).max(2) as u32;
+    let mut sockets = Vec::new();
+    for (k, i) in ifaces.iter().enumerate() {
+        let index = sys::if_index(&i.name).ok_or_else(|| CaptureError::NoInterface(i.name.clone()))?;
+        for q in 0..config.queues.max(1) {
+            let fanout = (config.queues > 1).then_some((std::process::id() as u16) ^ (k as u16).wrapping_mul(7919));
+            let params = sys::RingParams { block_size, block_nr, retire_ms: 100, fanout };
+            let s = sys::PacketSocket::open(index, params).map_err(|e| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => CaptureError::Privileges(i.name.clone()),
+                _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
+            })?;
+            sockets.push((k, q, s));
+        }
+    }
+    let counters: Vec<Counters> = ifaces.iter().map(|_| Counters::default()).collect();
+    let batch_bytes = block_size as usize + 64 * 1024;
+    let nbatches = (config.buffer_bytes / batch_bytes).max(2 * sockets.len());
+    let (free_tx, free_rx) = bounded::<Batch>(nbatches);
+    for _ in 0..nbatches {
+        let b = Batch { data: Vec::with_capacity(batch_bytes), pkts: Vec::with_capacity(4096) };
+        free_tx.send(b).expect("the free list holds every batch");
+    }
+    let (full_tx, full_rx) = bounded::<Batch>(nbatches);
+    let started = Instant::now();
+    let snaplen = config.snaplen.max(1) as usize;
+    let summary = |flows: u64| Summary {
+        interfaces: ifaces.clone(),
+        stats: counters.iter().map(Counters::snapshot).collect(),
+        flows,
+        backend: Backend::AfPacket.name(),
+        elapsed: started.elapsed(),
+    };
+    events(Event::Started(&summary(0)));
+    let mut failure: Option<SinkError> = None;
+    let result = std::thread::scope(|s| -> Result<(), CaptureError> {
+        let mut handles = Vec::new();
+        for (k, _q, sock) in sockets {
+            let (c, m, full_tx, free_rx) = (&counters[k], matchers[k].as_ref(), full_tx.clone(), free_rx.clone());
+            let name = &ifaces[k].name;
+            handles
+                .push(s.spawn(move || capture_loop(sock, k as u32, snaplen, m, c, control, &full_tx, &free_rx, name)));
+        }
+        drop(full_tx);
+        failure = write_loop(&full_rx, &free_tx, sink, &counters, control, config.flush_every, started, &mut |flows| {
+            events(Event::Stats(&summary(flows)))
+        });
+        if failure.is_some() {
+            control.stop();
+        }
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        }
+        // Whatever the capture threads sent after the writer stopped is counted, never silently dropped.
+        for b in full_rx.try_iter() {
+            for p in &b.pkts {
+                counters[p.0 as usize].unwritten.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    });
+    let flush = sink.flush();
+    let sum = summary(sink.flows());
+    if let Some(e) = failure {
+        return Err(CaptureError::Sink { source: e, summary: Box::new(sum) });
+    }
+    result?;
+    if let Err(e) = flush {
+        return Err(CaptureError::Sink { source: e, summary: Box::new(sum) });
+    }
+    Ok(sum)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_loop(
+    mut sock: sys::PacketSocket,
+    iface: u32,
+    snaplen: usize,
+    matcher: Option<&Matcher>,
+    c: &Counters,
+    control: &Control,
+    full_tx: &Sender<Batch>,
+    free_rx: &Receiver<Batch>,
+    name: &str,
+) -> Result<(), CaptureError> {
+    let io = |what, e| CaptureError::Io { what, name: name.to_string(), source: e };
+    let mut next = 0usize;
+    let mut scratch = Vec::new();
+    let mut last_stats = Instant::now();
+    let fetch_stats = |sock: &sys::PacketSocket| -> Result<(), CaptureError> {
+        let (_, drops, frozen) = sock.stats().map_err(|e| io("reading the ring's statistics", e))?;
+        c.kernel_drops.fetch_add(drops, Ordering::Relaxed);
+        c.ring_full.fetch_add(frozen, Ordering::Relaxed);
+        Ok(())
+    };
+    while !control.stopped() {
+        let Some(block) = sock.block(next) else {
+            if last_stats.elapsed() >= Duration::from_millis(500) {
+                fetch_stats(&sock)?;
+                last_stats = Instant::now();
+            }
+            sock.wait(100).map_err(|e| io("waiting for packets", e))?;
+            continue;
+        };
+        let mut batch = free_rx.try_recv().ok();
+        let (mut received, mut filtered, mut dropped) = (0u64, 0u64, 0u64);
+        let (_, bad) = ring::packets(block, |p| {
+            received += 1;
+            let (data, wirelen) = match p.vlan {
+                Some((tpid, tci)) => (ring::with_vlan(p.data, tpid, tci, &mut scratch), p.wirelen.saturating_add(4)),
+                None => (p.data, p.wirelen),
+            };
+            let data = &data[..data.len().min(snaplen)];
+            if matcher.is_some_and(|m| !m.matches(data, wirelen, p.ts_ns)) {
+                filtered += 1;
+                return;
+            }
+            let Some(b) = batch.as_mut() else {
+                dropped += 1;
+                return;
+            };
+            let start = b.data.len();
+            b.data.extend_from_slice(data);
+            b.pkts.push((iface, p.ts_ns, wirelen, start, data.len()));
+        });
+        sock.release(next);
+        next = (next + 1) % sock.blocks();
+        c.received.fetch_add(received, Ordering::Relaxed);
+        c.filtered.fetch_add(filtered, Ordering::Relaxed);
+        c.dropped.fetch_add(dropped, Ordering::Relaxed);
+        c.malformed.fetch_add(u64::from(bad), Ordering::Relaxed);
+        if let Some(b) = batch
+            && let Err(crossbeam_channel::SendError(b)) = full_tx.send(b)
+        {
+            // The writer is gone (it failed): what this batch held is counted, not silently lost.
+            c.unwritten.fetch_add(b.pkts.len() as u64, Ordering::Relaxed);
+            break;
+        }
+    }
+    fetch_stats(&sock)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_loop(
+    full_rx: &Receiver<Batch>,
+    free_tx: &Sender<Batch>,
+    sink: &mut dyn Sink,
+    counters: &[Counters],
+    control: &Control,
+    flush_every: Duration,
+    started: Instant,
+    tick: &mut dyn FnMut(u64),
+) -> Option<SinkError> {
+    let mut last_flush = Instant::now();
+    let mut last_tick = Instant::now();
+    let mut failure = None;
+    loop {
+        let max_packets = control.max_packets.load(Ordering::SeqCst);
+        let max_nanos = control.max_nanos.load(Ordering::SeqCst);
+        if max_nanos > 0 && started.elapsed().as_nanos() >= u128::from(max_nanos) {
+            control.stop();
+        }
+        match full_rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(mut b) => {
+                for &(iface, ts, wirelen, start, len) in &b.pkts {
+                    let c = &counters[iface as usize];
+                    let written: u64 = counters.iter().map(|c| c.written.load(Ordering::Relaxed)).sum();
+                    let limited = max_packets > 0 && written >= max_packets;
+                    if failure.is_some() || limited {
+                        c.unwritten.fetch_add(1, Ordering::Relaxed);
+                        if limited {
+                            control.stop();
+                        }
+                        continue;
+                    }
+                    match sink.packet(iface, ts, wirelen, &b.data[start..start + len]) {
+                        Ok(()) => {
+                            c.written.fetch_add(1, Ordering::Relaxed);
+                            c.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            c.unwritten.fetch_add(1, Ordering::Relaxed);
+                            failure = Some(e);
+                            control.stop();
+                        }
+                    }
+                }
+                let written: u64 = counters.iter().map(|c| c.written.load(Ordering::Relaxed)).sum();
+                if max_packets > 0 && written >= max_packets {
+                    control.stop();
+                }
+                b.data.clear();
+                b.pkts.clear();
+                let _ = free_tx.send(b);
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        if failure.is_none() && last_flush.elapsed() >= flush_every {
+            if let Err(e) = sink.flush() {
+                failure = Some(e);
+                control.stop();
+            }
+            last_flush = Instant::now();
+        }
+        if last_tick.elapsed() >= Duration::from_secs(1) {
+            tick(sink.flows());
+            last_tick = Instant::now();
+        }
+    }
+    failure
+}

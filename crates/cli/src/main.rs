@@ -34,6 +34,8 @@ enum Command {
     Import(cmd::store::ImportArgs),
     /// List a flow store's flows (conn.log-like), optionally those a filter may match.
     Flows(cmd::store::FlowsArgs),
+    /// Capture live traffic from network interfaces into a flow store.
+    Capture(cmd::capture::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Shell(a) => cmd::shell::run(a),
         Command::Import(a) => cmd::store::import(a),
         Command::Flows(a) => cmd::store::flows(a),
+        Command::Capture(a) => cmd::capture::run(a),
     };
     match result {
         Ok(code) => code,

@@ -64,6 +64,7 @@ pub struct Ingest<'s> {
     store: &'s mut Store,
     opts: ImportOptions,
     tracker: FlowTracker,
+    first_flow: u64,
     seq: u64,
     number: u32,
     writers: Vec<SegmentWriter>,
@@ -137,6 +138,17 @@ impl Ingest<'_> {
     /// Packets pushed so far.
     pub fn packets(&self) -> u64 {
         self.packets
+    }
+
+    /// Flows begun so far.
+    pub fn flows(&self) -> u64 {
+        self.tracker.next_id() - self.first_flow
+    }
+
+    /// Removes the store's oldest segments whole until it takes at most `max` bytes (see
+    /// [`Store::retain_size`]); returns how many.
+    pub fn retain_size(&mut self, max: u64) -> Result<u32, StoreError> {
+        self.store.retain_size(max)
     }
 
     /// Bytes held in open segments.
@@ -263,6 +275,7 @@ impl Store {
         let number = self.segments.iter().map(|s| s.stage1.number + 1).max().unwrap_or(0);
         Ingest {
             tracker: FlowTracker::new(first_flow.unwrap_or(0)),
+            first_flow: first_flow.unwrap_or(0),
             store: self,
             opts: opts.clone(),
             seq,

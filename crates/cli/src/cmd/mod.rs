@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod capture;
 pub(crate) mod convert;
 pub(crate) mod explain;
 pub(crate) mod index;

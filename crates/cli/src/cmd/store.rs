@@ -16,7 +16,7 @@ use pcaptool_query::plan::necessary;
 use crate::progress;
 
 /// A byte count with an optional K, M, G or T suffix (powers of 1024).
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mult) = match s.char_indices().last() {
         Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
         Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),

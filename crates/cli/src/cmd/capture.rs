@@ -1,0 +1,257 @@
+//! `pcaptool capture -i IFACE[,IFACE...] --store DIR [FILTER]`: live capture into a flow store.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use pcaptool_capture::{Backend, CaptureConfig, CaptureError, Control, Event, Sink, SinkError, Summary};
+use pcaptool_flowstore::{ImportOptions, Ingest, Store, StoreMeta};
+use pcaptool_packet::TsPrecision;
+use pcaptool_query::Filter;
+
+use crate::cmd::store::parse_size;
+
+/// A duration: a number with ms, s, m or h (seconds if bare).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("`{s}` is not a duration (a number with ms, s, m or h)");
+    let (num, mult_ms) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1u64)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3_600_000)
+    } else {
+        (s, 1000)
+    };
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(bad());
+    }
+    Ok(Duration::from_millis((v * mult_ms as f64) as u64))
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    match s {
+        "auto" => Ok(Backend::Auto),
+        "af_packet" | "af-packet" | "packet" => Ok(Backend::AfPacket),
+        "af_xdp" | "af-xdp" | "xdp" => Ok(Backend::AfXdp),
+        _ => Err(format!("`{s}` is not a backend: auto, af_packet or af_xdp")),
+    }
+}
+
+/// Arguments of `pcaptool capture`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Interfaces to capture on, separated by commas; each is recorded as its own interface.
+    #[arg(short = 'i', long = "interface", value_name = "IFACE[,IFACE...]", required = true, value_delimiter = ',')]
+    interfaces: Vec<String>,
+    /// The store directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    store: PathBuf,
+    /// Keep only the packets this tcpdump filter matches.
+    filter: Vec<String>,
+    /// Bytes kept of each packet.
+    #[arg(short = 's', long, default_value_t = 262_144)]
+    snaplen: u32,
+    /// Sockets (and capture threads) per interface, spread by flow hash.
+    #[arg(long, default_value_t = 1)]
+    queues: usize,
+    /// Close a segment at this many bytes of data.
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
+    segment_size: u64,
+    /// Remove the oldest segments whole so that the store stays within this size.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    max_size: Option<u64>,
+    /// Stop after this long (ms, s, m, h).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Stop after writing this many packets.
+    #[arg(short = 'c', long)]
+    packets: Option<u64>,
+    /// Make what was captured visible to queries this often (segments close).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    flush_every: Duration,
+    /// Kernel ring per socket.
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    ring_size: u64,
+    /// Buffers between capture and writing, in all.
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
+    buffer_size: u64,
+    /// auto, af_packet or af_xdp.
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    backend: Backend,
+    /// Print the statistics each second and the summary as JSON lines on standard output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The flow store as a capture sink: each interface its own kind of segment.
+struct StoreSink<'s> {
+    ingest: Ingest<'s>,
+    kinds: Vec<(StoreMeta, String)>,
+    max_size: Option<u64>,
+}
+
+impl Sink for StoreSink<'_> {
+    fn packet(&mut self, iface: u32, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), SinkError> {
+        let (meta, name) = &self.kinds[iface as usize];
+        self.ingest.push(*meta, name, ts_ns, wirelen, data).map_err(|e| Box::new(e) as SinkError)
+    }
+
+    fn flush(&mut self) -> Result<(), SinkError> {
+        self.ingest.flush()?;
+        if let Some(max) = self.max_size {
+            self.ingest.retain_size(max)?;
+        }
+        Ok(())
+    }
+
+    fn flows(&self) -> u64 {
+        self.ingest.flows()
+    }
+}
+
+fn stats_json(s: &Summary, event: &str) -> serde_json::Value {
+    let t = s.total();
+    serde_json::json!({
+        "event": event,
+        "seconds": s.elapsed.as_secs_f64(),
+        "backend": s.backend,
+        "received": t.received,
+        "kernel_drops": t.kernel_drops,
+        "ring_full": t.ring_full,
+        "pcaptool_drops": t.dropped,
+        "filtered": t.filtered,
+        "written": t.written,
+        "bytes": t.bytes,
+        "not_written": t.unwritten,
+        "malformed": t.malformed,
+        "flows": s.flows,
+        "interfaces": s.interfaces.iter().zip(&s.stats).map(|(i, st)| serde_json::json!({
+            "name": i.name, "id": i.id, "linktype": i.linktype.0, "received": st.received,
+            "kernel_drops": st.kernel_drops, "pcaptool_drops": st.dropped, "written": st.written,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let text = args.filter.join(" ");
+    let filter = if text.trim().is_empty() {
+        None
+    } else {
+        Some(Filter::new(&text).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?)
+    };
+    if args.queues == 0 {
+        bail!("--queues must be at least 1");
+    }
+    let mut config = CaptureConfig::new(args.interfaces.clone());
+    config.snaplen = args.snaplen;
+    config.queues = args.queues;
+    config.ring_bytes = usize::try_from(args.ring_size).unwrap_or(usize::MAX);
+    config.buffer_bytes = usize::try_from(args.buffer_size).unwrap_or(usize::MAX);
+    config.filter = filter;
+    config.backend = args.backend;
+    config.flush_every = args.flush_every;
+    let ifaces = pcaptool_capture::probe(&config)?;
+    let mut store =
+        Store::create(&args.store).with_context(|| format!("cannot open the store {}", args.store.display()))?;
+    for r in store.repairs() {
+        eprintln!("pcaptool: store {}: {r}", args.store.display());
+    }
+    let kinds = ifaces
+        .iter()
+        .map(|i| {
+            let meta = StoreMeta {
+                linktype: i.linktype,
+                snaplen: args.snaplen,
+                precision: TsPrecision::Nano,
+                swapped: false,
+                iface: i.id,
+            };
+            (meta, i.name.clone())
+        })
+        .collect();
+    let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
+    let mut sink = StoreSink { ingest: store.ingest(&opts), kinds, max_size: args.max_size };
+
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag)).context("cannot install the signal handlers")?;
+    }
+    let control = Control::with_flag(flag);
+    if let Some(n) = args.packets {
+        control.limit_packets(n);
+    }
+    if let Some(d) = args.duration {
+        control.limit_time(d);
+    }
+    let names: Vec<String> = ifaces.iter().map(|i| format!("{} ({})", i.name, i.linktype)).collect();
+    let backend = match args.backend {
+        Backend::Auto => "af_packet (AF_XDP is not built in yet)",
+        _ => "af_packet",
+    };
+    let terminal = std::io::stderr().is_terminal();
+    let json = args.json;
+    let store_dir = args.store.display().to_string();
+    let mut events = |e: Event<'_>| match e {
+        Event::Started(_) => {
+            eprintln!("pcaptool: capturing on {} with {backend} into {store_dir}; Ctrl-C stops", names.join(", "));
+        }
+        Event::Stats(s) if json => {
+            println!("{}", stats_json(s, "stats"));
+            let _ = std::io::stdout().flush();
+        }
+        Event::Stats(s) if terminal => {
+            let t = s.total();
+            eprint!(
+                "\r{:>7.1} s  {} received  {} written  {} MB  {} flows  drops: {} kernel, {} pcaptool   ",
+                s.elapsed.as_secs_f64(),
+                t.received,
+                t.written,
+                t.bytes / 1_000_000,
+                s.flows,
+                t.kernel_drops,
+                t.dropped
+            );
+        }
+        Event::Stats(_) => {}
+    };
+    let result = pcaptool_capture::run(&config, &mut sink, &control, &mut events);
+    if terminal && !json {
+        eprintln!();
+    }
+    let finished = sink.ingest.finish();
+    let summary = match result {
+        Ok(s) => s,
+        Err(CaptureError::Sink { source, summary }) => {
+            if json {
+                println!("{}", stats_json(&summary, "summary"));
+            }
+            bail!("cannot write to the store {}: {source}; {summary}", args.store.display());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (_, segments) = finished.with_context(|| format!("cannot write to the store {}", args.store.display()))?;
+    if json {
+        println!("{}", stats_json(&summary, "summary"));
+    } else {
+        eprintln!("pcaptool: {summary}; {segments} segments written to {}", args.store.display());
+    }
+    let t = summary.total();
+    if t.kernel_drops + t.dropped > 0 {
+        eprintln!(
+            "pcaptool: warning: {} packets were dropped ({} by the kernel: a bigger --ring-size helps; {} by pcaptool: \
+             the store could not keep up, a bigger --buffer-size helps)",
+            t.kernel_drops + t.dropped,
+            t.kernel_drops,
+            t.dropped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
