@@ -836,6 +836,25 @@ impl Segment {
         data.read_exact_at(buf, e.data_offset).map_err(|err| StoreError::io(&self.data, err))
     }
 
+    /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid).
+    pub(crate) fn map_data(&self) -> Result<MappedFile, StoreError> {
+        MappedFile::open(&self.data).map_err(|e| StoreError::io(&self.data, e))
+    }
+
+    /// The bytes of entry `e`'s packets in the mapped data file `data`.
+    pub(crate) fn span<'m>(&self, data: &'m MappedFile, e: &FlowEntry) -> Result<&'m [u8], StoreError> {
+        let b = data.bytes();
+        let range = usize::try_from(e.data_offset)
+            .ok()
+            .and_then(|from| Some(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
+            .filter(|r| r.end <= b.len());
+        range.map(|r| &b[r]).ok_or_else(|| StoreError::Corrupt {
+            path: self.data.clone(),
+            offset: b.len() as u64,
+            why: format!("flow {} lies past the end of the data file", e.flow.id),
+        })
+    }
+
     /// The records of entry `e` in `span` (its bytes), checked to fill it exactly, with positions `seqs`.
     pub(crate) fn records(&self, e: &FlowEntry, seqs: &[u64], span: &[u8]) -> Result<Vec<Record>, StoreError> {
         let bad = |why: &str| StoreError::Corrupt { path: self.data.clone(), offset: e.data_offset, why: why.into() };

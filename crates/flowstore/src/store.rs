@@ -1,9 +1,8 @@
 //! A store: a directory of segments, imported into and queried in the original packet order.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use pcaptool_packet::{FileFormat, Need, TraceReader, decode, precision_for};
+use pcaptool_packet::{FileFormat, MappedFile, Need, TraceReader, decode, precision_for};
 use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
@@ -396,7 +395,7 @@ impl Store {
                 end = end.max(order[j].stage1.seq_max);
                 j += 1;
             }
-            let mut spans: Vec<(&Segment, Vec<u8>)> = Vec::new();
+            let mut maps: Vec<(&Segment, MappedFile)> = Vec::new();
             let mut got: Vec<(u32, Record)> = Vec::new();
             for seg in &order[i..j] {
                 if !seg.stage1.may_match(need) {
@@ -408,24 +407,25 @@ impl Store {
                 if entries.iter().all(|e| e.packets == 0) {
                     continue;
                 }
-                let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
-                // Each flow is one read into its own buffer; the packets are then visited in original order.
+                // Each flow is one sequential stretch of the mapped data file; the packets are then visited in
+                // original order.
+                let data = seg.map_data()?;
+                let m = maps.len() as u32;
                 for e in entries.iter().filter(|e| e.packets > 0) {
                     st.flows_read += 1;
                     st.bytes_read += e.data_len;
-                    let mut span = Vec::new();
-                    seg.read_span(&data, e, &mut span)?;
+                    let span = seg.span(&data, e)?;
                     let seqs = s2.positions(e)?;
-                    let b = spans.len() as u32;
-                    got.extend(seg.records(e, &seqs, &span)?.into_iter().map(|r| (b, r)));
-                    spans.push((seg, span));
+                    let base = e.data_offset as usize;
+                    got.extend(seg.records(e, &seqs, span)?.into_iter().map(|r| (m, Record { at: base + r.at, ..r })));
                 }
+                maps.push((seg, data));
             }
             got.sort_unstable_by_key(|g| g.1.seq);
             st.packets_read += got.len() as u64;
-            for (b, r) in &got {
-                let (seg, span) = &spans[*b as usize];
-                let data = &span[r.at..r.at + r.len];
+            for (m, r) in &got {
+                let (seg, data) = &maps[*m as usize];
+                let data = &data.bytes()[r.at..r.at + r.len];
                 if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta }) {
                     return Ok(st);
                 }
@@ -438,26 +438,26 @@ impl Store {
     /// Calls `f` with the packets of flow `id` in order (one read per segment the flow spans); false if the
     /// store has no such flow.
     pub fn flow(&self, id: u64, f: &mut dyn FnMut(&StoredPacket<'_>)) -> Result<bool, StoreError> {
-        let mut spans: Vec<(&Segment, Vec<u8>)> = Vec::new();
+        let mut maps: Vec<(&Segment, MappedFile)> = Vec::new();
         let mut got: Vec<(u32, Record)> = Vec::new();
         for seg in self.segments.iter().filter(|s| s.stage1.may_hold_flow(id)) {
             if let Some((entry, seqs)) = seg.find_flow(id)? {
-                let data = File::open(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
-                let mut span = Vec::new();
-                seg.read_span(&data, &entry, &mut span)?;
-                let b = spans.len() as u32;
-                got.extend(seg.records(&entry, &seqs, &span)?.into_iter().map(|r| (b, r)));
-                spans.push((seg, span));
+                let data = seg.map_data()?;
+                let base = entry.data_offset as usize;
+                let m = maps.len() as u32;
+                let recs = seg.records(&entry, &seqs, seg.span(&data, &entry)?)?;
+                got.extend(recs.into_iter().map(|r| (m, Record { at: base + r.at, ..r })));
+                maps.push((seg, data));
             }
         }
         // A flow seen on several interfaces lies in segments of each: merged by position.
         got.sort_unstable_by_key(|g| g.1.seq);
-        for (b, r) in &got {
-            let (seg, span) = &spans[*b as usize];
-            let data = &span[r.at..r.at + r.len];
+        for (m, r) in &got {
+            let (seg, data) = &maps[*m as usize];
+            let data = &data.bytes()[r.at..r.at + r.len];
             f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta });
         }
-        Ok(!spans.is_empty())
+        Ok(!maps.is_empty())
     }
 
     /// The flow records that may satisfy `need`, parts in several segments merged, by id.
