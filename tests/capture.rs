@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use pcaptool_packet::{LinkType, PcapWriter, TraceReader, TsPrecision};
 use pcaptool_tests::{TempDir, corpus_dir, pcaptool_bin, repo_root, tool};
+use xtask::netns::Pair;
 use xtask::tracegen::{GenOptions, generate};
 
 fn in_ci() -> bool {
@@ -23,54 +24,15 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run a command")
 }
 
-/// Two namespaces joined by a veth pair; removed on drop.
-struct Pair {
-    a: String,
-    b: String,
-    va: String,
-    vb: String,
-}
-
-impl Pair {
-    fn new(tag: &str) -> Option<Pair> {
-        let ip = tool("ip")?;
-        let id = format!("{}{tag}", std::process::id() % 100_000);
-        let p = Pair { a: format!("pta{id}"), b: format!("ptb{id}"), va: format!("va{id}"), vb: format!("vb{id}") };
-        let ok = |args: &[&str]| run(Command::new(&ip).args(args)).status.success();
-        if !ok(&["netns", "add", &p.a]) {
-            let why = "cannot create a network namespace (this needs root)";
-            if in_ci() {
-                panic!("{why}: CI runs as root and must run the capture tests");
-            }
+/// The pair of namespaces, or `None` (with a message) where they cannot be made; under CI that is a failure.
+fn pair(tag: &str) -> Option<Pair> {
+    tool("ip")?;
+    match Pair::new(tag) {
+        Ok(p) => Some(p),
+        Err(why) if in_ci() => panic!("{why}: CI runs as root and must run the capture tests"),
+        Err(why) => {
             eprintln!("SKIPPED: {why}; the capture tests run under CI");
-            return None;
-        }
-        assert!(ok(&["netns", "add", &p.b]), "second namespace");
-        assert!(ok(&["link", "add", &p.va, "type", "veth", "peer", "name", &p.vb]), "veth pair");
-        assert!(ok(&["link", "set", &p.va, "netns", &p.a]) && ok(&["link", "set", &p.vb, "netns", &p.b]));
-        for (ns, dev, addr) in [(&p.a, &p.va, "198.18.0.1/24"), (&p.b, &p.vb, "198.18.0.2/24")] {
-            for key in ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"] {
-                ok(&["netns", "exec", ns, "sysctl", "-qw", key]);
-            }
-            // Jumbo frames, so that every packet of the traces fits the link.
-            assert!(ok(&["-n", ns, "link", "set", dev, "mtu", "9000"]));
-            assert!(ok(&["-n", ns, "addr", "add", addr, "dev", dev]));
-            assert!(ok(&["-n", ns, "link", "set", dev, "up"]));
-        }
-        Some(p)
-    }
-
-    fn exec(&self, ns: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]);
-        c
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            None
         }
     }
 }
@@ -181,7 +143,7 @@ fn summary(stdout: &str) -> serde_json::Value {
 /// `--packets` the capture stops by itself.
 #[test]
 fn captured_packets_come_back_byte_for_byte() {
-    let Some(pair) = Pair::new("c") else { return };
+    let Some(pair) = pair("c") else { return };
     let tmp = TempDir::new("capture-bytes");
     let (trace, sent) = traffic(&tmp, 3000);
     let store = tmp.join("store");
@@ -210,7 +172,7 @@ fn captured_packets_come_back_byte_for_byte() {
 /// A query during capture sees what was flushed; SIGINT flushes, closes the segment and prints a summary.
 #[test]
 fn queries_during_capture_and_sigint() {
-    let Some(pair) = Pair::new("q") else { return };
+    let Some(pair) = pair("q") else { return };
     let tmp = TempDir::new("capture-live");
     let (trace, sent) = traffic(&tmp, 1500);
     let store = tmp.join("store");
@@ -247,7 +209,7 @@ fn queries_during_capture_and_sigint() {
 /// prefix of what was sent.
 #[test]
 fn kill_during_capture_keeps_what_was_flushed() {
-    let Some(pair) = Pair::new("k") else { return };
+    let Some(pair) = pair("k") else { return };
     let tmp = TempDir::new("capture-kill");
     let (trace, sent) = traffic(&tmp, 4000);
     let store = tmp.join("store");
@@ -289,7 +251,7 @@ fn capture_errors_say_what_to_do() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("no network interface named `no-such-if0`"), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
-    let Some(pair) = Pair::new("e") else { return };
+    let Some(pair) = pair("e") else { return };
     let o = run(pair
         .exec(&pair.b)
         .arg(pcaptool_bin())

@@ -126,7 +126,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         match a.as_str() {
             "--size" => size = parse_size(it.next().context("--size needs a value")?)?,
             "--packets" => packets = it.next().context("--packets needs a value")?.parse()?,
-            "--only" => only = Some(it.next().context("--only needs walk, commands, query, index or store")?.clone()),
+            "--only" => only = Some(it.next().context("--only needs walk, commands, query, index, store or capture")?.clone()),
             s => bail!("unknown argument {s:?}"),
         }
     }
@@ -138,6 +138,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     if only.as_deref() == Some("store") || only.is_none() {
         store_section(packets)?;
+        if only.is_some() {
+            return Ok(());
+        }
+    }
+    if only.as_deref() == Some("capture") || only.is_none() {
+        crate::capbench::capture_section()?;
         if only.is_some() {
             return Ok(());
         }
@@ -355,7 +361,7 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| Path::is_file(p)))
 }
 

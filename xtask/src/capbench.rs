@@ -1,0 +1,292 @@
+//! `cargo xtask bench --only capture`: live capture side by side with tcpdump on a veth pair between two
+//! namespaces (xtask::netns), and the writing and indexing pipeline fed from memory.
+//!
+//! - The pipeline from memory: 64-byte frames of many flows pushed into the flow store (`Store::ingest`: flow
+//!   tracking, flow-clustered segments, their indexes, fsync at each close), and for comparison only dumped to a
+//!   pcap file; CPU time per packet, in cycles at the nominal clock (this machine has no cycle counter), against
+//!   n2disk's 149 cycles per packet to dump and 264 to dump and index, and 10GbE line rate (14.88 Mpps).
+//! - Zero drops at the generator's highest rate: tcpreplay --topspeed of 64-byte and 512-byte frames into the
+//!   veth pair, `pcaptool capture` (AF_PACKET, indexing on) and `tcpdump -w` on the other end.
+//! - Whole-machine CPU time per captured packet at a fixed rate, from /proc/stat (most of the work is the
+//!   kernel's): pcaptool capture and tcpdump -w, each minus the replay alone.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use pcaptool_flowstore::{ImportOptions, Store, StoreMeta};
+use pcaptool_packet::{LinkType, PcapWriter, TsPrecision};
+use xtask::netns::{Pair, udp_frames};
+
+use crate::{build_pcaptool, root};
+
+/// CPU seconds (user + system) this process has used, from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = s.rsplit_once(')').map_or("", |r| r.1);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after the command: state is 0, utime 11, stime 12 (clock ticks of 1/100 s).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Busy and total jiffies of the whole machine, from /proc/stat.
+fn machine_jiffies() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+fn mhz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)?.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn write_frames(path: &Path, frames: &[Vec<u8>]) -> anyhow::Result<()> {
+    let mut w = PcapWriter::new(std::fs::File::create(path)?, LinkType::ETHERNET, 65535, TsPrecision::Micro)?;
+    for (i, f) in frames.iter().enumerate() {
+        w.write_packet(1_700_000_000_000_000_000 + i as u64 * 1000, f.len() as u32, f)?;
+    }
+    w.finish()?.flush()?;
+    Ok(())
+}
+
+fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
+    let n = 4_000_000usize;
+    let frames = udp_frames(n, 60, 20_000);
+    let mhz = mhz();
+    println!("pipeline fed from memory: {n} frames of 64 bytes (60 without FCS), 20,000 flows; cycles = CPU time × {mhz:.0} MHz");
+    println!();
+    println!("| pipeline | packets/s | CPU cycles per packet | vs n2disk | vs 14.88 Mpps |");
+    println!("|---|---|---|---|---|");
+    // Dump only: a pcap file (what tcpdump -w does with a packet after the kernel).
+    let dump = dir.join("dump.pcap");
+    let (c0, t0) = (cpu_seconds(), Instant::now());
+    {
+        let mut w = PcapWriter::new(std::fs::File::create(&dump)?, LinkType::ETHERNET, 262_144, TsPrecision::Nano)?;
+        for (i, f) in frames.iter().enumerate() {
+            w.write_packet(1_700_000_000_000_000_000 + i as u64 * 67, 64, f)?;
+        }
+        w.finish()?.sync_all()?;
+    }
+    let (cpu, wall) = (cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+    let cyc = cpu * mhz * 1e6 / n as f64;
+    println!(
+        "| dump to a pcap file (no index) | {:.2} M | {cyc:.0} | {:.2}× n2disk's 149 | {:.2}× |",
+        n as f64 / wall / 1e6,
+        cyc / 149.0,
+        n as f64 / wall / 14.88e6
+    );
+    let _ = std::fs::remove_file(&dump);
+    // Dump and index: the flow store.
+    let store_dir = dir.join("mem-store");
+    let _ = std::fs::remove_dir_all(&store_dir);
+    let mut store = Store::create(&store_dir)?;
+    let meta =
+        StoreMeta { linktype: LinkType::ETHERNET, snaplen: 262_144, precision: TsPrecision::Nano, swapped: false, iface: 0 };
+    let (c0, t0) = (cpu_seconds(), Instant::now());
+    {
+        let mut ingest = store.ingest(&ImportOptions::default());
+        for (i, f) in frames.iter().enumerate() {
+            ingest.push(meta, "mem", 1_700_000_000_000_000_000 + i as u64 * 67, 64, f)?;
+        }
+        ingest.finish()?;
+    }
+    let (cpu, wall) = (cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+    let cyc = cpu * mhz * 1e6 / n as f64;
+    println!(
+        "| dump and index into the flow store | {:.2} M | {cyc:.0} | {:.2}× n2disk's 264 | {:.2}× |",
+        n as f64 / wall / 1e6,
+        cyc / 264.0,
+        n as f64 / wall / 14.88e6
+    );
+    let _ = std::fs::remove_dir_all(&store_dir);
+    println!();
+    Ok(())
+}
+
+/// Starts `cmd` and waits until a line of its standard error contains `ready` (at most 30 s).
+fn start(mut cmd: Command, ready: Option<&str>) -> anyhow::Result<Child> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ready = ready.map(str::to_string);
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !sent && ready.as_deref().is_none_or(|r| line.contains(r)) {
+                let _ = tx.send(());
+                sent = true;
+            }
+        }
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(child)
+}
+
+fn interrupt(child: &mut Child) -> anyhow::Result<String> {
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status()?;
+    let t = Instant::now();
+    while child.try_wait()?.is_none() {
+        if t.elapsed() > Duration::from_secs(60) {
+            child.kill()?;
+            bail!("the capture did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().context("stdout")?, &mut out)?;
+    Ok(out)
+}
+
+/// Packets tcpreplay says it sent, and at what rate.
+fn replay(pair: &Pair, trace: &Path, rate: Option<u32>) -> anyhow::Result<(u64, f64)> {
+    let mut c = pair.exec(&pair.a);
+    c.args(["tcpreplay", "-q", "-K", "-i", &pair.va]);
+    match rate {
+        Some(pps) => c.args(["--pps", &pps.to_string()]),
+        None => c.arg("--topspeed"),
+    };
+    let o = c.arg(trace).output()?;
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() {
+        bail!("tcpreplay failed: {out}");
+    }
+    let num = |key: &str| -> Option<f64> {
+        let l = out.lines().find(|l| l.contains(key))?;
+        l.split(key).nth(1)?.split_whitespace().next()?.replace(',', "").parse().ok()
+    };
+    let sent = num("Successful packets:").unwrap_or(0.0) as u64;
+    let pps = out
+        .lines()
+        .find(|l| l.contains("pps"))
+        .and_then(|l| l.split(',').find(|p| p.contains("pps"))?.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    Ok((sent, pps))
+}
+
+/// Packets in a pcap file written by tcpdump (its records).
+fn pcap_packets(path: &Path) -> u64 {
+    pcaptool_packet::TraceReader::open(path)
+        .map(|mut r| {
+            let mut n = 0;
+            while let Some(Ok(_)) = r.next_record() {
+                n += 1;
+            }
+            n
+        })
+        .unwrap_or(0)
+}
+
+pub(crate) fn capture_section() -> anyhow::Result<()> {
+    let dir = root().join("target/bench/capture");
+    std::fs::create_dir_all(&dir)?;
+    pipeline_from_memory(&dir)?;
+    let pair = match Pair::new("bn") {
+        Ok(p) => p,
+        Err(why) => {
+            println!("veth benchmarks skipped: {why}");
+            return Ok(());
+        }
+    };
+    let bin = build_pcaptool()?;
+    let tcpdump = crate::bench::which("tcpdump").context("install tcpdump")?;
+    crate::bench::which("tcpreplay").context("install tcpreplay (the capture benchmark's generator)")?;
+    println!("zero drops at the generator's highest rate (tcpreplay --topspeed -K, one run each):");
+    println!();
+    println!("| frames | capturer | sent | rate (pps) | written | dropped (kernel + capturer) |");
+    println!("|---|---|---|---|---|---|");
+    for (len, n) in [(60usize, 1_000_000usize), (508, 500_000)] {
+        let trace = dir.join(format!("frames-{}.pcap", len + 4));
+        write_frames(&trace, &udp_frames(n, len, 20_000))?;
+        // pcaptool, indexing on.
+        let store = dir.join("veth-store");
+        let _ = std::fs::remove_dir_all(&store);
+        let mut c = pair.exec(&pair.b);
+        c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--store"]).arg(&store);
+        let mut child = start(c, Some("capturing on"))?;
+        let (sent, pps) = replay(&pair, &trace, None)?;
+        std::thread::sleep(Duration::from_secs(2));
+        let out = interrupt(&mut child)?;
+        let s: serde_json::Value = out
+            .lines()
+            .rev()
+            .find(|l| l.contains("\"summary\""))
+            .and_then(|l| serde_json::from_str(l).ok())
+            .context("pcaptool's summary")?;
+        let drops = s["kernel_drops"].as_u64().unwrap_or(0) + s["pcaptool_drops"].as_u64().unwrap_or(0);
+        println!(
+            "| {} B | pcaptool capture (AF_PACKET) | {sent} | {pps:.0} | {} | {drops} |",
+            len + 4,
+            s["written"].as_u64().unwrap_or(0)
+        );
+        let _ = std::fs::remove_dir_all(&store);
+        // tcpdump -w.
+        let out_file = dir.join("tcpdump.pcap");
+        let mut c = pair.exec(&pair.b);
+        c.arg(&tcpdump).args(["-i", &pair.vb, "-n", "-s", "262144", "-w"]).arg(&out_file);
+        let child = start(c, Some("listening on"))?;
+        let (sent, pps) = replay(&pair, &trace, None)?;
+        std::thread::sleep(Duration::from_secs(2));
+        Command::new("kill").args(["-INT", &child.id().to_string()]).status()?;
+        let o = child.wait_with_output()?;
+        let err = String::from_utf8_lossy(&o.stderr);
+        let dropped: u64 = err
+            .lines()
+            .find(|l| l.contains("dropped by kernel"))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        println!("| {} B | tcpdump -w | {sent} | {pps:.0} | {} | {dropped} |", len + 4, pcap_packets(&out_file));
+        let _ = std::fs::remove_file(&out_file);
+    }
+    println!();
+    // CPU per packet at a fixed rate.
+    let rate = 100_000u32;
+    let n = 1_000_000usize;
+    let trace = dir.join("frames-64-fixed.pcap");
+    write_frames(&trace, &udp_frames(n, 60, 20_000))?;
+    println!("whole-machine CPU per packet at {rate} packets/s ({n} frames of 64 bytes; /proc/stat, both cores):");
+    println!();
+    println!("| capturer | busy CPU per packet | minus the replay alone | written |");
+    println!("|---|---|---|---|");
+    let measure = |child: Option<Child>| -> anyhow::Result<(f64, Option<Child>)> {
+        let (b0, _) = machine_jiffies();
+        let (sent, _) = replay(&pair, &trace, Some(rate))?;
+        let (b1, _) = machine_jiffies();
+        Ok(((b1 - b0) as f64 * 10_000.0 / sent.max(1) as f64, child))
+    };
+    let (base, _) = measure(None)?;
+    println!("| (the replay alone) | {base:.2} µs | | |");
+    let store = dir.join("veth-store");
+    let _ = std::fs::remove_dir_all(&store);
+    let mut c = pair.exec(&pair.b);
+    c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--store"]).arg(&store);
+    let (us, child) = measure(Some(start(c, Some("capturing on"))?))?;
+    let out = interrupt(&mut child.context("child")?)?;
+    let written = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"summary\""))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|s| s["written"].as_u64())
+        .unwrap_or(0);
+    println!("| pcaptool capture (AF_PACKET, indexing on) | {us:.2} µs | {:.2} µs | {written} |", us - base);
+    let _ = std::fs::remove_dir_all(&store);
+    let out_file = dir.join("tcpdump.pcap");
+    let mut c = pair.exec(&pair.b);
+    c.arg(&tcpdump).args(["-i", &pair.vb, "-n", "-s", "262144", "-w"]).arg(&out_file);
+    let (us, child) = measure(Some(start(c, Some("listening on"))?))?;
+    let mut child = child.context("child")?;
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status()?;
+    child.wait()?;
+    println!("| tcpdump -w | {us:.2} µs | {:.2} µs | {} |", us - base, pcap_packets(&out_file));
+    let _ = std::fs::remove_file(&out_file);
+    Ok(())
+}
