@@ -126,7 +126,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         match a.as_str() {
             "--size" => size = parse_size(it.next().context("--size needs a value")?)?,
             "--packets" => packets = it.next().context("--packets needs a value")?.parse()?,
-            "--only" => only = Some(it.next().context("--only needs walk, commands, query, index, store or capture")?.clone()),
+            "--only" => {
+                only = Some(
+                    it.next().context("--only needs walk, commands, query, index, store, capture or pipeline")?.clone(),
+                )
+            }
             s => bail!("unknown argument {s:?}"),
         }
     }
@@ -141,6 +145,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         if only.is_some() {
             return Ok(());
         }
+    }
+    if only.as_deref() == Some("pipeline") {
+        return crate::capbench::pipeline_from_memory(&root().join("target/bench"));
     }
     if only.as_deref() == Some("capture") || only.is_none() {
         crate::capbench::capture_section()?;

@@ -35,7 +35,8 @@ fn cpu_seconds() -> f64 {
 /// Busy and total jiffies of the whole machine, from /proc/stat.
 fn machine_jiffies() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<u64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> =
+        s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
     (total - idle, total)
@@ -44,7 +45,9 @@ fn machine_jiffies() -> (u64, u64) {
 fn mhz() -> f64 {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)?.trim().parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
+        })
         .unwrap_or(0.0)
 }
 
@@ -57,11 +60,13 @@ fn write_frames(path: &Path, frames: &[Vec<u8>]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
     let n = 4_000_000usize;
     let frames = udp_frames(n, 60, 20_000);
     let mhz = mhz();
-    println!("pipeline fed from memory: {n} frames of 64 bytes (60 without FCS), 20,000 flows; cycles = CPU time × {mhz:.0} MHz");
+    println!(
+        "pipeline fed from memory: {n} frames of 64 bytes (60 without FCS), 20,000 flows; cycles = CPU time × {mhz:.0} MHz"
+    );
     println!();
     println!("| pipeline | packets/s | CPU cycles per packet | vs n2disk | vs 14.88 Mpps |");
     println!("|---|---|---|---|---|");
@@ -88,8 +93,13 @@ fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
     let store_dir = dir.join("mem-store");
     let _ = std::fs::remove_dir_all(&store_dir);
     let mut store = Store::create(&store_dir)?;
-    let meta =
-        StoreMeta { linktype: LinkType::ETHERNET, snaplen: 262_144, precision: TsPrecision::Nano, swapped: false, iface: 0 };
+    let meta = StoreMeta {
+        linktype: LinkType::ETHERNET,
+        snaplen: 262_144,
+        precision: TsPrecision::Nano,
+        swapped: false,
+        iface: 0,
+    };
     let (c0, t0) = (cpu_seconds(), Instant::now());
     {
         let mut ingest = store.ingest(&ImportOptions::default());

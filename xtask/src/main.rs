@@ -23,7 +23,7 @@ commands:
                   `flows` on it
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
-  bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store|capture]
+  bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store|capture|pipeline]
                   side-by-side benchmark of pcaptool and tcpdump on a generated trace";
 
 fn main() -> anyhow::Result<()> {

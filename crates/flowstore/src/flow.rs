@@ -212,16 +212,8 @@ impl FlowTracker {
         let is_tcp = key.proto == IpProto::TCP;
         let idle = if is_tcp { TCP_IDLE_NS } else { OTHER_IDLE_NS };
         let opens = is_tcp && flags & 0x12 == 0x02;
-        if let Some(l) = self.live.get(&key) {
-            let expired = l.closed_ns.is_some_and(|c| opens || ts_ns.saturating_sub(c) > CLOSE_DELAY_NS)
-                || ts_ns.saturating_sub(l.flow.last_ns) > idle
-                || ts_ns.saturating_sub(l.started_ns) > ACTIVE_NS;
-            if expired && let Some(l) = self.live.remove(&key) {
-                self.done.push(l.flow);
-            }
-        }
         let next_id = &mut self.next_id;
-        let l = self.live.entry(key).or_insert_with(|| {
+        let fresh = |next_id: &mut u64| {
             let id = *next_id;
             *next_id += 1;
             Live {
@@ -240,7 +232,22 @@ impl FlowTracker {
                 started_ns: ts_ns,
                 closed_ns: None,
             }
-        });
+        };
+        // One hash lookup: an expired flow is replaced in place by the new one.
+        let l = match self.live.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let l = o.into_mut();
+                let expired = l.closed_ns.is_some_and(|c| opens || ts_ns.saturating_sub(c) > CLOSE_DELAY_NS)
+                    || ts_ns.saturating_sub(l.flow.last_ns) > idle
+                    || ts_ns.saturating_sub(l.started_ns) > ACTIVE_NS;
+                if expired {
+                    let old = std::mem::replace(l, fresh(next_id));
+                    self.done.push(old.flow);
+                }
+                l
+            }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(fresh(next_id)),
+        };
         let from_orig = (dir == Direction::LoToHi) == l.flow.orig_is_lo;
         let f = &mut l.flow;
         f.first_ns = f.first_ns.min(ts_ns);
@@ -292,6 +299,11 @@ impl FlowTracker {
     /// Every live flow's record (for a segment that closes while they go on).
     pub fn live_flows(&self) -> impl Iterator<Item = &Flow> {
         self.live.values().map(|l| &l.flow)
+    }
+
+    /// Forgets the flows that ended (for callers that keep records elsewhere; otherwise they pile up).
+    pub fn discard_done(&mut self) {
+        self.done.clear();
     }
 
     /// Takes the flows that ended since the last call.

@@ -86,6 +86,10 @@ struct SlotFlow {
     kind: u8,
 }
 
+/// The buffers of a closed writer, kept for the next (their memory is already faulted in).
+#[derive(Debug, Default)]
+pub(crate) struct Spare(Vec<u8>, Vec<Pending>);
+
 /// Accumulates a segment's packets and writes it when closed.
 #[derive(Debug)]
 pub struct SegmentWriter {
@@ -153,6 +157,11 @@ impl SegmentWriter {
     /// An empty segment of packets described by `meta`, from the interface named `iface_name` (cut to 255
     /// bytes at a character boundary; empty if unknown).
     pub fn new(meta: StoreMeta, iface_name: &str) -> SegmentWriter {
+        SegmentWriter::with_spare(meta, iface_name, Spare::default())
+    }
+
+    /// [`new`](Self::new), reusing the buffers of a closed writer.
+    pub(crate) fn with_spare(meta: StoreMeta, iface_name: &str, spare: Spare) -> SegmentWriter {
         let mut end = iface_name.len().min(255);
         while !iface_name.is_char_boundary(end) {
             end -= 1;
@@ -161,8 +170,8 @@ impl SegmentWriter {
         SegmentWriter {
             meta,
             iface_name,
-            buf: Vec::new(),
-            packets: Vec::new(),
+            buf: spare.0,
+            packets: spare.1,
             slots: vec![SlotFlow { flow: no_flow(), kind: 0 }],
             slot_of: FxHashMap::default(),
             addrs: FxHashSet::default(),
@@ -216,28 +225,44 @@ impl SegmentWriter {
         side.payload += u64::from(p.payload);
         side.flags |= p.flags;
         // Every address and port value a filter could test on this packet, as the filter reads it, so that
-        // stage 1 never rules out a segment holding a match.
+        // stage 1 never rules out a segment holding a match. Most equal the flow's endpoints, inserted with the flow.
         let fields = PacketFields::new(self.meta.linktype, p.data, p.wirelen, p.ts_ns);
-        for (field, key) in [
-            (Field::Ip4Src, v4_key as fn(u128) -> [u8; 17]),
-            (Field::Ip4Dst, v4_key),
-            (Field::ArpSpa, v4_key),
-            (Field::ArpTpa, v4_key),
-            (Field::Ip6Src, v6_key),
-            (Field::Ip6Dst, v6_key),
-        ] {
-            match fields.get(field) {
-                FieldValue::Value(v) => {
-                    self.addrs.insert(key(v));
+        const FIELDS: [Field; 8] = [
+            Field::Ip4Src,
+            Field::Ip4Dst,
+            Field::ArpSpa,
+            Field::ArpTpa,
+            Field::Ip6Src,
+            Field::Ip6Dst,
+            Field::SrcPort,
+            Field::DstPort,
+        ];
+        let key = p.flow.map(|f| f.1);
+        // Whether `v` is one of the flow's endpoint addresses of the same family (`v6`).
+        let endpoint = |v: u128, v6: bool| {
+            key.is_some_and(|k| {
+                [k.lo_addr, k.hi_addr].iter().any(|a| match a {
+                    IpAddr::V4(x) => !v6 && u128::from(u32::from(*x)) == v,
+                    IpAddr::V6(x) => v6 && u128::from(*x) == v,
+                })
+            })
+        };
+        for (i, value) in fields.get_many(FIELDS).into_iter().enumerate() {
+            match value {
+                FieldValue::Value(v) if i < 4 => {
+                    if !endpoint(v, false) {
+                        self.addrs.insert(v4_key(v));
+                    }
                 }
-                FieldValue::Unknown => self.unknown_fields = true,
-                FieldValue::Missing => {}
-            }
-        }
-        for field in [Field::SrcPort, Field::DstPort] {
-            match fields.get(field) {
+                FieldValue::Value(v) if i < 6 => {
+                    if !endpoint(v, true) {
+                        self.addrs.insert(v6_key(v));
+                    }
+                }
                 FieldValue::Value(v) => {
-                    self.ports.insert(v as u16);
+                    if !key.is_some_and(|k| u128::from(k.lo_port) == v || u128::from(k.hi_port) == v) {
+                        self.ports.insert(v as u16);
+                    }
                 }
                 FieldValue::Unknown => self.unknown_fields = true,
                 FieldValue::Missing => {}
@@ -255,7 +280,20 @@ impl SegmentWriter {
     }
 
     /// Writes the segment as `seg-NUMBER` in `dir` (see the module documentation); returns its stage 1.
-    pub fn close(self, dir: &Path, number: u32) -> Result<Stage1, StoreError> {
+    pub fn close(mut self, dir: &Path, number: u32) -> Result<Stage1, StoreError> {
+        self.close_in_place(dir, number)
+    }
+
+    /// [`close`](Self::close), keeping the writer's buffers (emptied) in `spare` for the next segment.
+    pub(crate) fn close_keeping(mut self, dir: &Path, number: u32, spare: &mut Spare) -> Result<Stage1, StoreError> {
+        let r = self.close_in_place(dir, number);
+        self.buf.clear();
+        self.packets.clear();
+        *spare = Spare(std::mem::take(&mut self.buf), std::mem::take(&mut self.packets));
+        r
+    }
+
+    fn close_in_place(&mut self, dir: &Path, number: u32) -> Result<Stage1, StoreError> {
         let (data_path, index_path) = segment_paths(dir, number);
         let tmp = |p: &Path| {
             let mut s = p.as_os_str().to_owned();
@@ -277,7 +315,7 @@ impl SegmentWriter {
         Ok(stage1)
     }
 
-    fn write(mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
+    fn write(&mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
         // Slots in flow-id order (slot 0, the packets of no flow, first), so that stage 2 finds an id by binary
         // search; packets by slot, each flow's in original order (they arrived in it, and the sort is stable).
         let mut by_id: Vec<u32> = (1..self.slots.len() as u32).collect();
@@ -292,8 +330,19 @@ impl SegmentWriter {
         let mut old: Vec<Option<SlotFlow>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
         self.slots =
             std::iter::once(0).chain(by_id.iter().map(|&s| s as usize)).filter_map(|s| old[s].take()).collect();
-        let mut order: Vec<u32> = (0..self.packets.len() as u32).collect();
-        order.sort_by_key(|&i| self.packets[i as usize].slot);
+        // Counting sort by slot (stable: each flow's packets stay in arrival order).
+        let mut next = vec![0u32; self.slots.len() + 1];
+        for p in &self.packets {
+            next[p.slot as usize + 1] += 1;
+        }
+        for i in 1..next.len() {
+            next[i] += next[i - 1];
+        }
+        let mut order = vec![0u32; self.packets.len()];
+        for (i, p) in self.packets.iter().enumerate() {
+            order[next[p.slot as usize] as usize] = i as u32;
+            next[p.slot as usize] += 1;
+        }
         let file = File::create(data_tmp).map_err(|e| StoreError::io(data_tmp, e))?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         let io = |e| StoreError::io(data_tmp, e);
@@ -331,7 +380,6 @@ impl SegmentWriter {
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
         file.sync_all().map_err(io)?;
         drop(file);
-        self.buf = Vec::new();
 
         // Stage 1: what rules the segment out without reading further.
         let mut addr_bloom = Bloom::with_rate(self.addrs.len(), BLOOM_FPR);

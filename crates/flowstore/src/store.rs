@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
 use crate::flow::{Flow, FlowTracker};
-use crate::segment::{PacketIn, Record, Segment, SegmentWriter, StoreMeta, StoredPacket, segment_paths};
+use crate::segment::{PacketIn, Record, Segment, SegmentWriter, Spare, StoreMeta, StoredPacket, segment_paths};
 
 /// How to import.
 #[derive(Clone, Debug)]
@@ -67,6 +67,8 @@ pub struct Ingest<'s> {
     seq: u64,
     number: u32,
     writers: Vec<SegmentWriter>,
+    /// Buffers of the last closed segment, for the next one.
+    spare: Spare,
     packets: u64,
     segments: u32,
 }
@@ -84,12 +86,15 @@ impl Ingest<'_> {
         let i = match self.writers.iter().position(|w| w.meta() == meta) {
             Some(i) => i,
             None => {
-                self.writers.push(SegmentWriter::new(meta, iface_name));
+                let spare = std::mem::take(&mut self.spare);
+                self.writers.push(SegmentWriter::with_spare(meta, iface_name, spare));
                 self.writers.len() - 1
             }
         };
         let d = decode(meta.linktype, data);
         let a = self.tracker.packet(&d, wirelen, ts_ns);
+        // Ended flows' records live on in the segments' flow tables; the tracker need not keep them.
+        self.tracker.discard_done();
         let w = &mut self.writers[i];
         w.push(&PacketIn {
             seq: self.seq,
@@ -117,7 +122,9 @@ impl Ingest<'_> {
 
     fn close(&mut self, w: SegmentWriter) -> Result<(), StoreError> {
         if w.packets() > 0 {
-            self.store.close(w, self.number)?;
+            w.close_keeping(&self.store.dir, self.number, &mut self.spare)?;
+            let (data, index) = segment_paths(&self.store.dir, self.number);
+            self.store.segments.push(Segment::open(data, index)?);
             self.number += 1;
             self.segments += 1;
         }
@@ -280,6 +287,7 @@ impl Store {
             seq,
             number,
             writers: Vec::new(),
+            spare: Spare::default(),
             packets: 0,
             segments: 0,
         }
@@ -351,13 +359,6 @@ impl Store {
             stats.removed = self.retain_size(max)?;
         }
         Ok(stats)
-    }
-
-    fn close(&mut self, w: SegmentWriter, number: u32) -> Result<(), StoreError> {
-        w.close(&self.dir, number)?;
-        let (data, index) = segment_paths(&self.dir, number);
-        self.segments.push(Segment::open(data, index)?);
-        Ok(())
     }
 
     /// Removes the oldest segments whole until the store's files take at most `max` bytes; returns how many.

@@ -246,6 +246,12 @@ impl<'a> PacketFields<'a> {
         self.get_in(field, self.context())
     }
 
+    /// The values of `fields`, in their order (the link layer read once for all of them).
+    pub fn get_many<const N: usize>(&self, fields: [Field; N]) -> [FieldValue; N] {
+        let cx = self.context();
+        fields.map(|f| self.get_in(f, cx))
+    }
+
     /// The values of all fields, in the order of [`Field::ALL`] (faster than one [`get`](Self::get) each).
     pub fn get_all(&self) -> [FieldValue; Field::ALL.len()] {
         let cx = self.context();
