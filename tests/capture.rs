@@ -272,3 +272,108 @@ fn capture_errors_say_what_to_do() {
         assert_eq!(e.lines().count(), 1, "{e}");
     }
 }
+
+/// Two interfaces in one capture, each recorded as its own interface: the veth end and the loopback of the
+/// capturing namespace.
+#[test]
+fn two_interfaces_are_recorded_apart() {
+    let Some(pair) = pair("m") else { return };
+    let tmp = TempDir::new("capture-two");
+    let (trace, sent) = traffic(&tmp, 800);
+    assert!(run(Command::new("ip").args(["-n", &pair.b, "link", "set", "lo", "up"])).status.success());
+    let store = tmp.join("store");
+    let ifaces = format!("{},lo", pair.vb);
+    let (mut child, _lines) = start_capture(&pair, &pair.b, &ifaces, &store, &["--flush-every", "1s"]);
+    replay(&pair, &trace, 4000);
+    for _ in 0..5 {
+        let o = run(pair.exec(&pair.b).args(["bash", "-c", "echo pcaptool > /dev/udp/127.0.0.1/9"]));
+        assert!(o.status.success());
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    run(Command::new("kill").args(["-INT", &child.id().to_string()]));
+    assert!(wait(&mut child, Duration::from_secs(30)).success());
+    let out = tmp.join("two.pcapng");
+    let o = run(Command::new(pcaptool_bin()).arg("query").arg(&store).args(["", "-w"]).arg(&out));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let Some(tshark) = tool("tshark") else { return };
+    let o = run(Command::new(tshark).arg("-r").arg(&out).args([
+        "-T",
+        "fields",
+        "-e",
+        "frame.interface_name",
+        "-e",
+        "udp.dstport",
+        "-e",
+        "icmp.type",
+    ]));
+    assert!(o.status.success(), "tshark reads the output: {}", String::from_utf8_lossy(&o.stderr));
+    let rows = String::from_utf8_lossy(&o.stdout).into_owned();
+    let on = |name: &str| rows.lines().filter(|l| l.split('\t').next() == Some(name)).count();
+    assert_eq!(on(&pair.vb), sent.len(), "the veth's packets: {rows}");
+    // Each datagram once (not twice, sent and received, as the loopback passes it), without its ICMP replies.
+    let lo_port9 = rows.lines().filter(|l| *l == "lo\t9\t").count();
+    assert_eq!(lo_port9, 5, "the loopback's datagrams, recorded once each on interface lo: {rows}");
+    let records = pcaptool_tests::records_us(&out);
+    let veth: Vec<&Vec<u8>> = records
+        .iter()
+        .zip(rows.lines())
+        .filter(|(_, l)| l.split('\t').next() == Some(pair.vb.as_str()))
+        .map(|(r, _)| &r.2)
+        .collect();
+    assert_eq!(veth, sent.iter().collect::<Vec<_>>(), "the veth's packets, byte for byte and in order");
+}
+
+/// A tmpfs of its own, unmounted on drop.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn new(dir: PathBuf, opts: &str) -> Mount {
+        std::fs::create_dir_all(&dir).unwrap();
+        let o = run(Command::new("mount").args(["-t", "tmpfs", "-o", opts, "tmpfs"]).arg(&dir));
+        assert!(o.status.success(), "mount a tmpfs: {}", String::from_utf8_lossy(&o.stderr));
+        Mount(dir)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A store on a full disk stops the capture with one line that says so, every packet not written is counted,
+/// and what was written stays readable; a read-only store is refused before capturing.
+#[test]
+fn full_and_read_only_disks_are_reported() {
+    let Some(pair) = pair("f") else { return };
+    let tmp = TempDir::new("capture-full");
+    let (trace, _sent) = traffic(&tmp, 3000);
+    let small = Mount::new(tmp.join("small"), "size=1m");
+    let store = small.0.join("store");
+    let (mut child, lines) = start_capture(&pair, &pair.b, &pair.vb, &store, &["--flush-every", "1s", "--json"]);
+    let tcpreplay = tool("tcpreplay").expect("tcpreplay");
+    run(pair.exec(&pair.a).arg(tcpreplay).args(["-q", "-i", &pair.va, "--pps", "5000", "--loop", "3"]).arg(&trace));
+    let status = wait(&mut child, Duration::from_secs(60));
+    assert!(!status.success(), "a full disk ends the capture with an error");
+    std::thread::sleep(Duration::from_millis(200));
+    let errs: Vec<String> = lines.try_iter().filter(|l| l.contains("error")).collect();
+    assert_eq!(errs.len(), 1, "one error line: {errs:?}");
+    assert!(errs[0].contains("No space left on device") && errs[0].contains("not written"), "{}", errs[0]);
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let s = summary(&stdout);
+    assert!(s["not_written"].as_u64().unwrap_or(0) > 0, "the packets not written are counted: {s}");
+    let o = run(Command::new(pcaptool_bin()).arg("info").arg(&store));
+    assert!(o.status.success(), "the store stays readable: {}", String::from_utf8_lossy(&o.stderr));
+    drop(small);
+
+    let ro = Mount::new(tmp.join("ro"), "ro,size=1m");
+    let o = run(pair
+        .exec(&pair.b)
+        .arg(pcaptool_bin())
+        .args(["capture", "-i", &pair.vb, "--store"])
+        .arg(ro.0.join("store")));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("Read-only file system"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}

@@ -126,6 +126,11 @@ pub trait Sink {
     fn flows(&self) -> u64 {
         0
     }
+    /// Packets of interface `iface` taken but not (or no longer, after a failure) on their way to durable
+    /// storage; after a failure they are counted as not written.
+    fn unsaved(&self, _iface: u32) -> u64 {
+        0
+    }
 }
 
 /// Why capture could not run.
@@ -441,8 +446,10 @@ pub fn run(
         for (k, _q, sock) in sockets {
             let (c, m, full_tx, free_rx) = (&counters[k], matchers[k].as_ref(), full_tx.clone(), free_rx.clone());
             let name = &ifaces[k].name;
-            handles
-                .push(s.spawn(move || capture_loop(sock, k as u32, snaplen, m, c, control, &full_tx, &free_rx, name)));
+            // On the loopback device every packet passes twice, sent and received: keep one (as libpcap does).
+            let skip_outgoing = sys::hw_type(name) == Some(772);
+            let at = Where { iface: k as u32, name, skip_outgoing };
+            handles.push(s.spawn(move || capture_loop(sock, at, snaplen, m, c, control, &full_tx, &free_rx)));
         }
         drop(full_tx);
         failure = write_loop(&full_rx, &free_tx, sink, &counters, control, config.flush_every, started, &mut |flows| {
@@ -470,6 +477,14 @@ pub fn run(
         first_err.map_or(Ok(()), Err)
     });
     let flush = sink.flush();
+    if failure.is_some() || flush.is_err() {
+        // What the sink took but could not keep is not written: never reported as stored.
+        for (i, c) in counters.iter().enumerate() {
+            let lost = sink.unsaved(i as u32).min(c.written.load(Ordering::Relaxed));
+            c.written.fetch_sub(lost, Ordering::Relaxed);
+            c.unwritten.fetch_add(lost, Ordering::Relaxed);
+        }
+    }
     let sum = summary(sink.flows());
     if let Some(e) = failure {
         return Err(CaptureError::Sink { source: e, summary: Box::new(sum) });
@@ -481,18 +496,25 @@ pub fn run(
     Ok(sum)
 }
 
+/// Which interface a capture thread reads.
+struct Where<'a> {
+    iface: u32,
+    name: &'a str,
+    skip_outgoing: bool,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn capture_loop(
     mut sock: sys::PacketSocket,
-    iface: u32,
+    at: Where<'_>,
     snaplen: usize,
     matcher: Option<&Matcher>,
     c: &Counters,
     control: &Control,
     full_tx: &Sender<Batch>,
     free_rx: &Receiver<Batch>,
-    name: &str,
 ) -> Result<(), CaptureError> {
+    let Where { iface, name, skip_outgoing } = at;
     let io = |what, e| CaptureError::Io { what, name: name.to_string(), source: e };
     let mut next = 0usize;
     let mut scratch = Vec::new();
@@ -515,6 +537,9 @@ fn capture_loop(
         let mut batch = free_rx.try_recv().ok();
         let (mut received, mut filtered, mut dropped) = (0u64, 0u64, 0u64);
         let (_, bad) = ring::packets(block, |p| {
+            if skip_outgoing && p.outgoing {
+                return;
+            }
             received += 1;
             let (data, wirelen) = match p.vlan {
                 Some((tpid, tci)) => (ring::with_vlan(p.data, tpid, tci, &mut scratch), p.wirelen.saturating_add(4)),
@@ -589,7 +614,8 @@ fn write_loop(
                             c.bytes.fetch_add(len as u64, Ordering::Relaxed);
                         }
                         Err(e) => {
-                            c.unwritten.fetch_add(1, Ordering::Relaxed);
+                            // Taken, then lost with its segment: counted in the sink's `unsaved`.
+                            c.written.fetch_add(1, Ordering::Relaxed);
                             failure = Some(e);
                             control.stop();
                         }

@@ -9,7 +9,12 @@ pub(crate) struct RingPacket<'a> {
     pub data: &'a [u8],
     /// (TPID, TCI) of an outer VLAN tag the kernel stripped (`TP_STATUS_VLAN_VALID`), to be put back.
     pub vlan: Option<(u16, u16)>,
+    /// Whether the host sent it (`PACKET_OUTGOING` in the `sockaddr_ll` after the header).
+    pub outgoing: bool,
 }
+
+/// `sll_pkttype` of a packet this host sent.
+const PACKET_OUTGOING: u8 = 4;
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
@@ -53,7 +58,10 @@ pub(crate) fn packets<'a>(block: &'a [u8], mut f: impl FnMut(RingPacket<'a>)) ->
                     };
                     (tpid, tci)
                 });
-                f(RingPacket { ts_ns: u64::from(sec) * 1_000_000_000 + u64::from(nsec), wirelen: len, data, vlan });
+                // The sockaddr_ll follows the 48-byte tpacket3_hdr; sll_pkttype is its byte 10.
+                let outgoing = block.get(at + 58) == Some(&PACKET_OUTGOING);
+                let ts_ns = u64::from(sec) * 1_000_000_000 + u64::from(nsec);
+                f(RingPacket { ts_ns, wirelen: len, data, vlan, outgoing });
             }
             None => bad += 1,
         }

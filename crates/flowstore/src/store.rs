@@ -69,6 +69,8 @@ pub struct Ingest<'s> {
     writers: Vec<SegmentWriter>,
     /// Buffers of the last closed segment, for the next one.
     spare: Spare,
+    /// Packets per interface lost with segments that could not be written.
+    lost: Vec<(u32, u64)>,
     packets: u64,
     segments: u32,
 }
@@ -122,7 +124,11 @@ impl Ingest<'_> {
 
     fn close(&mut self, w: SegmentWriter) -> Result<(), StoreError> {
         if w.packets() > 0 {
-            w.close_keeping(&self.store.dir, self.number, &mut self.spare)?;
+            let (iface, n) = (w.meta().iface, w.packets() as u64);
+            if let Err(e) = w.close_keeping(&self.store.dir, self.number, &mut self.spare) {
+                self.lose(iface, n);
+                return Err(e);
+            }
             let (data, index) = segment_paths(&self.store.dir, self.number);
             self.store.segments.push(Segment::open(data, index)?);
             self.number += 1;
@@ -131,14 +137,35 @@ impl Ingest<'_> {
         Ok(())
     }
 
-    /// Closes every open segment, so that queries see every packet pushed so far.
+    fn lose(&mut self, iface: u32, n: u64) {
+        match self.lost.iter_mut().find(|l| l.0 == iface) {
+            Some(l) => l.1 += n,
+            None => self.lost.push((iface, n)),
+        }
+    }
+
+    /// Closes every open segment, so that queries see every packet pushed so far. If one cannot be written,
+    /// the error is returned and its packets (and those of the segments after it) are counted in
+    /// [`unsaved`](Self::unsaved).
     pub fn flush(&mut self) -> Result<(), StoreError> {
         // Oldest first: the segment holding the earliest packet gets the lowest number.
         self.writers.sort_by_key(|w| w.first_seq());
+        let mut result = Ok(());
         for w in std::mem::take(&mut self.writers) {
-            self.close(w)?;
+            if result.is_err() {
+                self.lose(w.meta().iface, w.packets() as u64);
+                continue;
+            }
+            result = self.close(w);
         }
-        Ok(())
+        result
+    }
+
+    /// Packets of interface `iface` pushed but not in a completed segment: held in open segments, or lost with a
+    /// segment that could not be written.
+    pub fn unsaved(&self, iface: u32) -> u64 {
+        let open: u64 = self.writers.iter().filter(|w| w.meta().iface == iface).map(|w| w.packets() as u64).sum();
+        open + self.lost.iter().filter(|l| l.0 == iface).map(|l| l.1).sum::<u64>()
     }
 
     /// Packets pushed so far.
@@ -288,6 +315,7 @@ impl Store {
             number,
             writers: Vec::new(),
             spare: Spare::default(),
+            lost: Vec::new(),
             packets: 0,
             segments: 0,
         }

@@ -115,6 +115,10 @@ impl Sink for StoreSink<'_> {
     fn flows(&self) -> u64 {
         self.ingest.flows()
     }
+
+    fn unsaved(&self, iface: u32) -> u64 {
+        self.ingest.unsaved(iface)
+    }
 }
 
 fn stats_json(s: &Summary, event: &str) -> serde_json::Value {
