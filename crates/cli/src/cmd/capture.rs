@@ -184,9 +184,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
     let mut sink = StoreSink { ingest: store.ingest(&opts), kinds, max_size: args.max_size };
 
+    // The first SIGINT or SIGTERM asks for a clean stop (flush, close, summary); a second one ends the process at
+    // once (exit status 1), for a store that cannot be flushed.
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag)).context("cannot install the signal handlers")?;
+        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&flag))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&flag)))
+            .context("cannot install the signal handlers")?;
     }
     let control = Control::with_flag(flag);
     if let Some(n) = args.packets {
