@@ -257,6 +257,19 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     {
         std::fs::write(segment.join(format!("s{i}")), seed)?;
     }
+    // Capture ring blocks as the kernel lays them out.
+    let ring = dir.join("ring_block");
+    std::fs::create_dir_all(&ring)?;
+    let frame: Vec<u8> = (0..60).collect();
+    for (i, pkts) in [
+        vec![(&frame[..], 60u32, None)],
+        vec![(&frame[..14], 60, Some(0x0064)), (&frame[..], 1514, None), (&frame[..3], 3, Some(7))],
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::write(ring.join(format!("s{i}")), pcaptool_capture::fuzz_harness::block(pkts))?;
+    }
     eprintln!(
         "fuzz seeds in {}: pcap_reader {}, pcapng_reader {}, stream_reader {}, decode {}, wavelet {}",
         dir.display(),

@@ -31,6 +31,8 @@
 
 #![deny(missing_docs)]
 
+#[doc(hidden)]
+pub mod fuzz_harness;
 mod ring;
 mod sys;
 
