@@ -451,7 +451,14 @@ pub fn run(
             // On the loopback device every packet passes twice, sent and received: keep one (as libpcap does).
             let skip_outgoing = sys::hw_type(name) == Some(772);
             let at = Where { iface: k as u32, name, skip_outgoing };
-            handles.push(s.spawn(move || capture_loop(sock, at, snaplen, m, c, control, &full_tx, &free_rx)));
+            handles.push(s.spawn(move || {
+                // A failing socket stops the whole capture, which then reports the error with what it counted.
+                let r = capture_loop(sock, at, snaplen, m, c, control, &full_tx, &free_rx);
+                if r.is_err() {
+                    control.stop();
+                }
+                r
+            }));
         }
         drop(full_tx);
         failure = write_loop(&full_rx, &free_tx, sink, &counters, control, config.flush_every, started, &mut |flows| {
