@@ -378,8 +378,8 @@ fn full_and_read_only_disks_are_reported() {
     assert_eq!(e.lines().count(), 1, "{e}");
 }
 
-/// `--queues 2`: two sockets in a fanout group (flow hash), two capture threads; every packet is stored once,
-/// and each flow's packets keep their order (across flows, batches of the two threads interleave).
+/// `--queues 2`: two sockets in a fanout group (flow hash), two capture threads; the writer merges their packets
+/// by timestamp, so every packet is stored once and in the order it arrived.
 #[test]
 fn fanout_queues_store_every_packet_once() {
     let Some(pair) = pair("o") else { return };
@@ -392,29 +392,6 @@ fn fanout_queues_store_every_packet_once() {
     replay(&pair, &trace, 4000);
     assert!(wait(&mut child, Duration::from_secs(150)).success());
     let got: Vec<Vec<u8>> = stored(&store, &tmp).into_iter().map(|g| g.1).collect();
-    let (mut a, mut b) = (got.clone(), sent.clone());
-    a.sort();
-    b.sort();
-    assert_eq!(a, b, "every sent packet stored once");
-    // Per flow (the generated packets' IPv4 addresses and ports, either direction), the order is kept.
-    let flow_of = |d: &[u8]| -> Option<Vec<u8>> {
-        (d.len() >= 38 && d[12..14] == [8, 0] && d[14] >> 4 == 4).then(|| {
-            let (x, y) = (d[26..30].to_vec(), d[30..34].to_vec());
-            let (p, q) = (d[34..36].to_vec(), d[36..38].to_vec());
-            let mut k =
-                if (x.clone(), p.clone()) <= (y.clone(), q.clone()) { [x, p, y, q] } else { [y, q, x, p] }.concat();
-            k.push(d[23]);
-            k
-        })
-    };
-    let per_flow = |v: &[Vec<u8>]| {
-        let mut m: std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
-        for d in v {
-            if let Some(k) = flow_of(d) {
-                m.entry(k).or_default().push(d.clone());
-            }
-        }
-        m
-    };
-    assert_eq!(per_flow(&got), per_flow(&sent), "each flow's packets in order");
+    assert_eq!(got.len(), sent.len(), "every sent packet stored once");
+    assert!(got == sent, "the two sockets' packets merged back into the order they arrived in");
 }

@@ -331,6 +331,8 @@ impl Control {
 /// A batch of packets on its way from a capture thread to the sink.
 #[derive(Debug, Default)]
 struct Batch {
+    /// The socket (capture thread) that filled it.
+    sock: u32,
     data: Vec<u8>,
     /// iface, ts, wirelen, start, len
     pkts: Vec<(u32, u64, u32, usize, usize)>,
@@ -428,7 +430,7 @@ pub fn run(
     let nbatches = (config.buffer_bytes / batch_bytes).max(2 * sockets.len());
     let (free_tx, free_rx) = bounded::<Batch>(nbatches);
     for _ in 0..nbatches {
-        let b = Batch { data: Vec::with_capacity(batch_bytes), pkts: Vec::with_capacity(4096) };
+        let b = Batch { sock: 0, data: Vec::with_capacity(batch_bytes), pkts: Vec::with_capacity(4096) };
         free_tx.send(b).expect("the free list holds every batch");
     }
     let (full_tx, full_rx) = bounded::<Batch>(nbatches);
@@ -445,12 +447,13 @@ pub fn run(
     let mut failure: Option<SinkError> = None;
     let result = std::thread::scope(|s| -> Result<(), CaptureError> {
         let mut handles = Vec::new();
-        for (k, _q, sock) in sockets {
+        let nsockets = sockets.len();
+        for (sock_id, (k, _q, sock)) in sockets.into_iter().enumerate() {
             let (c, m, full_tx, free_rx) = (&counters[k], matchers[k].as_ref(), full_tx.clone(), free_rx.clone());
             let name = &ifaces[k].name;
             // On the loopback device every packet passes twice, sent and received: keep one (as libpcap does).
             let skip_outgoing = sys::hw_type(name) == Some(772);
-            let at = Where { iface: k as u32, name, skip_outgoing };
+            let at = Where { sock: sock_id as u32, iface: k as u32, name, skip_outgoing };
             handles.push(s.spawn(move || {
                 // A failing socket stops the whole capture, which then reports the error with what it counted.
                 let r = capture_loop(sock, at, snaplen, m, c, control, &full_tx, &free_rx);
@@ -461,9 +464,11 @@ pub fn run(
             }));
         }
         drop(full_tx);
-        failure = write_loop(&full_rx, &free_tx, sink, &counters, control, config.flush_every, started, &mut |flows| {
+        let mut w = Writer { sink, counters: &counters, control, free_tx: &free_tx, failure: None };
+        write_loop(&full_rx, &mut w, nsockets, config.flush_every, started, &mut |flows| {
             events(Event::Stats(&summary(flows)))
         });
+        failure = w.failure;
         if failure.is_some() {
             control.stop();
         }
@@ -507,6 +512,8 @@ pub fn run(
 
 /// Which interface a capture thread reads.
 struct Where<'a> {
+    /// The socket's number among all of the capture's sockets.
+    sock: u32,
     iface: u32,
     name: &'a str,
     skip_outgoing: bool,
@@ -523,7 +530,7 @@ fn capture_loop(
     full_tx: &Sender<Batch>,
     free_rx: &Receiver<Batch>,
 ) -> Result<(), CaptureError> {
-    let Where { iface, name, skip_outgoing } = at;
+    let Where { sock: sock_id, iface, name, skip_outgoing } = at;
     let io = |what, e| CaptureError::Io { what, name: name.to_string(), source: e };
     let mut next = 0usize;
     let mut scratch = Vec::new();
@@ -544,6 +551,9 @@ fn capture_loop(
             continue;
         };
         let mut batch = free_rx.try_recv().ok();
+        if let Some(b) = batch.as_mut() {
+            b.sock = sock_id;
+        }
         let (mut received, mut filtered, mut dropped) = (0u64, 0u64, 0u64);
         let (_, bad) = ring::packets(block, |p| {
             if skip_outgoing && p.outgoing {
@@ -584,74 +594,140 @@ fn capture_loop(
     fetch_stats(&sock)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The sink's side of a capture: hands packets to the sink, counts them, applies the limits.
+struct Writer<'a> {
+    sink: &'a mut dyn Sink,
+    counters: &'a [Counters],
+    control: &'a Control,
+    free_tx: &'a Sender<Batch>,
+    failure: Option<SinkError>,
+}
+
+impl Writer<'_> {
+    fn written(&self) -> u64 {
+        self.counters.iter().map(|c| c.written.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Hands one packet to the sink (or counts it as not written, after a failure or past the packet limit).
+    fn packet(&mut self, b: &Batch, i: usize) {
+        let (iface, ts, wirelen, start, len) = b.pkts[i];
+        let c = &self.counters[iface as usize];
+        let max = self.control.max_packets.load(Ordering::SeqCst);
+        let limited = max > 0 && self.written() >= max;
+        if self.failure.is_some() || limited {
+            c.unwritten.fetch_add(1, Ordering::Relaxed);
+            if limited {
+                self.control.stop();
+            }
+            return;
+        }
+        let r = self.sink.packet(iface, ts, wirelen, &b.data[start..start + len]);
+        // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
+        c.written.fetch_add(1, Ordering::Relaxed);
+        match r {
+            Ok(()) => {
+                c.bytes.fetch_add(len as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.failure = Some(e);
+                self.control.stop();
+            }
+        }
+        if max > 0 && self.written() >= max {
+            self.control.stop();
+        }
+    }
+
+    fn recycle(&self, mut b: Batch) {
+        b.data.clear();
+        b.pkts.clear();
+        let _ = self.free_tx.send(b);
+    }
+}
+
+/// How long after a packet arrives its block reaches the writer at the latest: the ring hands a block over
+/// within its 100 ms retire timeout, and the capture thread forwards it at once. A socket that has sent nothing
+/// newer may still send packets up to this far in the past.
+const DELIVERY_LAG: Duration = Duration::from_millis(400);
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Hands the batches the capture threads send to the sink. With several sockets, packets are merged by
+/// timestamp (each socket's are in time order), so the store's order is the order of arrival: a packet is
+/// handed over once no socket can still send an earlier one.
 fn write_loop(
     full_rx: &Receiver<Batch>,
-    free_tx: &Sender<Batch>,
-    sink: &mut dyn Sink,
-    counters: &[Counters],
-    control: &Control,
+    w: &mut Writer<'_>,
+    nsockets: usize,
     flush_every: Duration,
     started: Instant,
     tick: &mut dyn FnMut(u64),
-) -> Option<SinkError> {
+) {
     let mut last_flush = Instant::now();
     let mut last_tick = Instant::now();
-    let mut failure = None;
-    loop {
-        let max_packets = control.max_packets.load(Ordering::SeqCst);
-        let max_nanos = control.max_nanos.load(Ordering::SeqCst);
+    // Per socket: batches waiting (with the index of the next packet) and the latest timestamp it sent.
+    let mut pending: Vec<std::collections::VecDeque<(Batch, usize)>> =
+        (0..nsockets).map(|_| std::collections::VecDeque::new()).collect();
+    let mut latest = vec![0u64; nsockets];
+    let mut open = true;
+    while open {
+        let max_nanos = w.control.max_nanos.load(Ordering::SeqCst);
         if max_nanos > 0 && started.elapsed().as_nanos() >= u128::from(max_nanos) {
-            control.stop();
+            w.control.stop();
         }
         match full_rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(mut b) => {
-                for &(iface, ts, wirelen, start, len) in &b.pkts {
-                    let c = &counters[iface as usize];
-                    let written: u64 = counters.iter().map(|c| c.written.load(Ordering::Relaxed)).sum();
-                    let limited = max_packets > 0 && written >= max_packets;
-                    if failure.is_some() || limited {
-                        c.unwritten.fetch_add(1, Ordering::Relaxed);
-                        if limited {
-                            control.stop();
-                        }
-                        continue;
-                    }
-                    match sink.packet(iface, ts, wirelen, &b.data[start..start + len]) {
-                        Ok(()) => {
-                            c.written.fetch_add(1, Ordering::Relaxed);
-                            c.bytes.fetch_add(len as u64, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            // Taken, then lost with its segment: counted in the sink's `unsaved`.
-                            c.written.fetch_add(1, Ordering::Relaxed);
-                            failure = Some(e);
-                            control.stop();
-                        }
-                    }
+            Ok(b) if nsockets <= 1 => {
+                for i in 0..b.pkts.len() {
+                    w.packet(&b, i);
                 }
-                let written: u64 = counters.iter().map(|c| c.written.load(Ordering::Relaxed)).sum();
-                if max_packets > 0 && written >= max_packets {
-                    control.stop();
+                w.recycle(b);
+            }
+            Ok(b) => {
+                let s = b.sock as usize;
+                if let Some(last) = b.pkts.last() {
+                    latest[s] = latest[s].max(last.1);
+                    pending[s].push_back((b, 0));
+                } else {
+                    w.recycle(b);
                 }
-                b.data.clear();
-                b.pkts.clear();
-                let _ = free_tx.send(b);
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => open = false,
         }
-        if failure.is_none() && last_flush.elapsed() >= flush_every {
-            if let Err(e) = sink.flush() {
-                failure = Some(e);
-                control.stop();
+        if nsockets > 1 {
+            // The earliest timestamp each socket may still send: its next waiting packet's, or, with nothing
+            // waiting, whatever arrived after its latest and within the delivery lag (none once the channel closed).
+            let horizon = if open { now_ns().saturating_sub(DELIVERY_LAG.as_nanos() as u64) } else { u64::MAX };
+            loop {
+                let head = |s: usize| pending[s].front().map(|(b, i)| b.pkts[*i].1);
+                let floor = |s: usize| head(s).unwrap_or(latest[s].max(horizon));
+                let Some(s) = (0..nsockets).filter(|&s| head(s).is_some()).min_by_key(|&s| head(s)) else { break };
+                let ts = head(s).unwrap_or(u64::MAX);
+                if (0..nsockets).any(|o| o != s && floor(o) < ts) {
+                    break;
+                }
+                let (b, i) = pending[s].front_mut().expect("a waiting batch");
+                let idx = *i;
+                *i += 1;
+                let done = *i == b.pkts.len();
+                w.packet(b, idx);
+                if done && let Some((b, _)) = pending[s].pop_front() {
+                    w.recycle(b);
+                }
+            }
+        }
+        if w.failure.is_none() && last_flush.elapsed() >= flush_every {
+            if let Err(e) = w.sink.flush() {
+                w.failure = Some(e);
+                w.control.stop();
             }
             last_flush = Instant::now();
         }
         if last_tick.elapsed() >= Duration::from_secs(1) {
-            tick(sink.flows());
+            tick(w.sink.flows());
             last_tick = Instant::now();
         }
     }
-    failure
 }

@@ -59,8 +59,8 @@ pub(crate) struct Args {
     /// Bytes kept of each packet.
     #[arg(short = 's', long, default_value_t = 262_144)]
     snaplen: u32,
-    /// Sockets (and capture threads) per interface, spread by flow hash (each flow stays in order; different
-    /// flows' packets may be stored out of arrival order by up to a batch).
+    /// Sockets (and capture threads) per interface, spread by flow hash; their packets are merged back into
+    /// the order of arrival.
     #[arg(long, default_value_t = 1)]
     queues: usize,
     /// Close a segment at this many bytes of data.
