@@ -66,14 +66,22 @@ fn build_pcaptool() -> PathBuf {
     {
         let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
         let profile = if profile == "debug" { "dev" } else { profile };
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "pcaptool", "--bin", "pcaptool", "--profile", profile])
-            .current_dir(repo_root())
-            .status()
-            .expect("run cargo build");
+        // PCAPTOOL_FEATURES: cargo features to build the binary with (CI builds `xdp` for the capture tests).
+        let features = std::env::var("PCAPTOOL_FEATURES").unwrap_or_default();
+        let mut args = vec!["build", "--quiet", "-p", "pcaptool", "--bin", "pcaptool", "--profile", profile];
+        if !features.is_empty() {
+            args.extend(["--features", features.as_str()]);
+        }
+        let status =
+            Command::new(env!("CARGO")).args(&args).current_dir(repo_root()).status().expect("run cargo build");
         assert!(status.success(), "cargo build -p pcaptool failed");
     }
     bin
+}
+
+/// Whether the binary is built with cargo feature `f` (listed in `PCAPTOOL_FEATURES`).
+pub fn built_with(f: &str) -> bool {
+    std::env::var("PCAPTOOL_FEATURES").is_ok_and(|v| v.split([',', ' ']).any(|x| x == f))
 }
 
 /// Every file listed in the corpus catalogue, relative to the corpus directory.

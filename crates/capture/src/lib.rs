@@ -35,6 +35,8 @@
 pub mod fuzz_harness;
 mod ring;
 mod sys;
+#[cfg(feature = "xdp")]
+mod xdp;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -264,8 +266,10 @@ pub struct Summary {
     pub stats: Vec<Stats>,
     /// Flows the sink saw.
     pub flows: u64,
-    /// The backend that ran.
-    pub backend: &'static str,
+    /// The backend that ran (`af_packet`, `af_xdp (driver mode)`, `af_xdp (generic mode)`).
+    pub backend: String,
+    /// Why AF_XDP did not run, when `auto` fell back to AF_PACKET.
+    pub fallback: Option<String>,
     /// How long the capture ran.
     pub elapsed: Duration,
 }
@@ -367,12 +371,81 @@ pub fn probe(config: &CaptureConfig) -> Result<Vec<Interface>, CaptureError> {
             _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
         })?;
     }
-    if config.backend == Backend::AfXdp {
-        return Err(CaptureError::Backend(
-            "AF_XDP is not built into this pcaptool yet: use --backend af_packet (or auto)".into(),
-        ));
+    if config.backend == Backend::AfXdp && !cfg!(feature = "xdp") {
+        return Err(no_xdp());
     }
     Ok(ifaces)
+}
+
+fn no_xdp() -> CaptureError {
+    CaptureError::Backend(
+        "AF_XDP is not built into this pcaptool: build it with `--features xdp` (needs clang, libelf-dev, zlib1g-dev), or use --backend af_packet".into(),
+    )
+}
+
+/// Sockets opened (each with its interface's index in the configuration) and the backend's name.
+type Opened = (Vec<(usize, Source)>, String);
+
+/// Opens the AF_PACKET sockets: `queues` per interface, in a fanout group when there are several.
+fn open_packet(config: &CaptureConfig, ifaces: &[Interface]) -> Result<Vec<(usize, Source)>, CaptureError> {
+    let block_size: u32 = 1 << 20;
+    let block_nr = (config.ring_bytes / block_size as usize).max(2) as u32;
+    let mut sockets = Vec::new();
+    for (k, i) in ifaces.iter().enumerate() {
+        let index = sys::if_index(&i.name).ok_or_else(|| CaptureError::NoInterface(i.name.clone()))?;
+        for _ in 0..config.queues.max(1) {
+            let fanout = (config.queues > 1).then_some((std::process::id() as u16) ^ (k as u16).wrapping_mul(7919));
+            let params = sys::RingParams { block_size, block_nr, retire_ms: 100, fanout };
+            let s = sys::PacketSocket::open(index, params).map_err(|e| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => CaptureError::Privileges(i.name.clone()),
+                _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
+            })?;
+            sockets.push((k, Source::Packet(s, 0)));
+        }
+    }
+    Ok(sockets)
+}
+
+/// Opens the AF_XDP sockets, one per receive queue `0..queues` of each interface; `None` when AF_XDP is not
+/// built in or not asked for.
+#[cfg(feature = "xdp")]
+fn open_xdp(config: &CaptureConfig, ifaces: &[Interface]) -> Option<Result<Opened, CaptureError>> {
+    if config.backend == Backend::AfPacket {
+        return None;
+    }
+    // An XDP socket takes the packets it receives away from the host's network stack: fine on a capture port,
+    // not on the loopback device, which `auto` therefore leaves to AF_PACKET.
+    if config.backend == Backend::Auto
+        && let Some(lo) = ifaces.iter().find(|i| sys::hw_type(&i.name) == Some(772))
+    {
+        return Some(Err(CaptureError::Backend(format!(
+            "{} is the loopback device, whose packets AF_XDP would take from the host",
+            lo.name
+        ))));
+    }
+    let mut sockets = Vec::new();
+    let mut modes = Vec::new();
+    for (k, i) in ifaces.iter().enumerate() {
+        for q in 0..config.queues.max(1) as u32 {
+            match xdp::XdpSocket::open(&i.name, q, config.ring_bytes) {
+                Ok(s) => {
+                    modes.push(s.mode);
+                    sockets.push((k, Source::Xdp(s)));
+                }
+                Err(e) => {
+                    return Some(Err(CaptureError::Backend(format!("AF_XDP cannot run on {} queue {q}: {e}", i.name))));
+                }
+            }
+        }
+    }
+    let generic = modes.contains(&xdp::Mode::Generic);
+    let name = if generic { "af_xdp (generic mode)" } else { "af_xdp (driver mode)" };
+    Some(Ok((sockets, name.to_string())))
+}
+
+#[cfg(not(feature = "xdp"))]
+fn open_xdp(_config: &CaptureConfig, _ifaces: &[Interface]) -> Option<Result<Opened, CaptureError>> {
+    None
 }
 
 /// What a running capture reports.
@@ -393,10 +466,8 @@ pub fn run(
     events: &mut dyn FnMut(Event<'_>),
 ) -> Result<Summary, CaptureError> {
     let ifaces = interfaces(config)?;
-    if config.backend == Backend::AfXdp {
-        return Err(CaptureError::Backend(
-            "AF_XDP is not built into this pcaptool yet: use --backend af_packet (or auto)".into(),
-        ));
+    if config.backend == Backend::AfXdp && !cfg!(feature = "xdp") {
+        return Err(no_xdp());
     }
     let mut matchers = Vec::with_capacity(ifaces.len());
     for i in &ifaces {
@@ -409,22 +480,21 @@ pub fn run(
             None => None,
         });
     }
-    // Open every socket first, so that a missing privilege or interface fails before anything runs.
+    // Open every socket first, so that a missing privilege or interface fails before anything runs. AF_XDP first
+    // (when built in and asked for, or `auto`), AF_PACKET if it cannot run.
+    let (mut sockets, backend, fallback) = match open_xdp(config, &ifaces) {
+        Some(Ok((socks, backend))) => (socks, backend, None),
+        Some(Err(e)) if config.backend == Backend::AfXdp => return Err(e),
+        Some(Err(e)) => (Vec::new(), String::new(), Some(e.to_string())),
+        None => (Vec::new(), String::new(), None),
+    };
+    let backend = if sockets.is_empty() {
+        sockets = open_packet(config, &ifaces)?;
+        Backend::AfPacket.name().to_string()
+    } else {
+        backend
+    };
     let block_size: u32 = 1 << 20;
-    let block_nr = (config.ring_bytes / block_size as usize).max(2) as u32;
-    let mut sockets = Vec::new();
-    for (k, i) in ifaces.iter().enumerate() {
-        let index = sys::if_index(&i.name).ok_or_else(|| CaptureError::NoInterface(i.name.clone()))?;
-        for q in 0..config.queues.max(1) {
-            let fanout = (config.queues > 1).then_some((std::process::id() as u16) ^ (k as u16).wrapping_mul(7919));
-            let params = sys::RingParams { block_size, block_nr, retire_ms: 100, fanout };
-            let s = sys::PacketSocket::open(index, params).map_err(|e| match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => CaptureError::Privileges(i.name.clone()),
-                _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
-            })?;
-            sockets.push((k, q, s));
-        }
-    }
     let counters: Vec<Counters> = ifaces.iter().map(|_| Counters::default()).collect();
     let batch_bytes = block_size as usize + 64 * 1024;
     let nbatches = (config.buffer_bytes / batch_bytes).max(2 * sockets.len());
@@ -440,7 +510,8 @@ pub fn run(
         interfaces: ifaces.clone(),
         stats: counters.iter().map(Counters::snapshot).collect(),
         flows,
-        backend: Backend::AfPacket.name(),
+        backend: backend.clone(),
+        fallback: fallback.clone(),
         elapsed: started.elapsed(),
     };
     events(Event::Started(&summary(0)));
@@ -448,7 +519,7 @@ pub fn run(
     let result = std::thread::scope(|s| -> Result<(), CaptureError> {
         let mut handles = Vec::new();
         let nsockets = sockets.len();
-        for (sock_id, (k, _q, sock)) in sockets.into_iter().enumerate() {
+        for (sock_id, (k, sock)) in sockets.into_iter().enumerate() {
             let (c, m, full_tx, free_rx) = (&counters[k], matchers[k].as_ref(), full_tx.clone(), free_rx.clone());
             let name = &ifaces[k].name;
             // On the loopback device every packet passes twice, sent and received: keep one (as libpcap does).
@@ -519,9 +590,86 @@ struct Where<'a> {
     skip_outgoing: bool,
 }
 
+/// Where a capture thread's packets come from.
+#[derive(Debug)]
+enum Source {
+    /// An AF_PACKET socket and the next block of its ring.
+    Packet(sys::PacketSocket, usize),
+    /// An AF_XDP socket.
+    #[cfg(feature = "xdp")]
+    Xdp(xdp::XdpSocket),
+}
+
+impl Source {
+    /// Kernel drops and ring-full counts since the last call.
+    fn stats(&mut self) -> std::io::Result<(u64, u64)> {
+        match self {
+            Source::Packet(sock, _) => sock.stats().map(|(_, drops, frozen)| (drops, frozen)),
+            #[cfg(feature = "xdp")]
+            Source::Xdp(x) => x.stats(),
+        }
+    }
+}
+
+/// Adds the thread's counts to `c` and sends its batch, if it holds packets, to the writer; false if the writer
+/// is gone (its packets are then counted as not written).
+fn ship(t: &mut Taker<'_>, c: &Counters, full_tx: &Sender<Batch>) -> bool {
+    c.received.fetch_add(std::mem::take(&mut t.received), Ordering::Relaxed);
+    c.filtered.fetch_add(std::mem::take(&mut t.filtered), Ordering::Relaxed);
+    c.dropped.fetch_add(std::mem::take(&mut t.dropped), Ordering::Relaxed);
+    t.since = None;
+    if let Some(b) = t.batch.take_if(|b| !b.pkts.is_empty())
+        && let Err(crossbeam_channel::SendError(b)) = full_tx.send(b)
+    {
+        c.unwritten.fetch_add(b.pkts.len() as u64, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
+/// What a capture thread does with each packet: the capture filter, then a copy into its batch.
+struct Taker<'a> {
+    iface: u32,
+    skip_outgoing: bool,
+    snaplen: usize,
+    matcher: Option<&'a Matcher>,
+    batch: Option<Batch>,
+    /// When the batch in hand got its first packet (AF_XDP fills a batch over several reads).
+    since: Option<Instant>,
+    scratch: Vec<u8>,
+    received: u64,
+    filtered: u64,
+    dropped: u64,
+}
+
+impl Taker<'_> {
+    fn take(&mut self, p: ring::RingPacket<'_>) {
+        if self.skip_outgoing && p.outgoing {
+            return;
+        }
+        self.received += 1;
+        let (data, wirelen) = match p.vlan {
+            Some((tpid, tci)) => (ring::with_vlan(p.data, tpid, tci, &mut self.scratch), p.wirelen.saturating_add(4)),
+            None => (p.data, p.wirelen),
+        };
+        let data = &data[..data.len().min(self.snaplen)];
+        if self.matcher.is_some_and(|m| !m.matches(data, wirelen, p.ts_ns)) {
+            self.filtered += 1;
+            return;
+        }
+        let Some(b) = self.batch.as_mut() else {
+            self.dropped += 1;
+            return;
+        };
+        let start = b.data.len();
+        b.data.extend_from_slice(data);
+        b.pkts.push((self.iface, p.ts_ns, wirelen, start, data.len()));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn capture_loop(
-    mut sock: sys::PacketSocket,
+    mut src: Source,
     at: Where<'_>,
     snaplen: usize,
     matcher: Option<&Matcher>,
@@ -532,66 +680,88 @@ fn capture_loop(
 ) -> Result<(), CaptureError> {
     let Where { sock: sock_id, iface, name, skip_outgoing } = at;
     let io = |what, e| CaptureError::Io { what, name: name.to_string(), source: e };
-    let mut next = 0usize;
-    let mut scratch = Vec::new();
     let mut last_stats = Instant::now();
-    let fetch_stats = |sock: &sys::PacketSocket| -> Result<(), CaptureError> {
-        let (_, drops, frozen) = sock.stats().map_err(|e| io("reading the ring's statistics", e))?;
+    let fetch_stats = |src: &mut Source| -> Result<(), CaptureError> {
+        let (drops, frozen) = src.stats().map_err(|e| io("reading the socket's statistics", e))?;
         c.kernel_drops.fetch_add(drops, Ordering::Relaxed);
         c.ring_full.fetch_add(frozen, Ordering::Relaxed);
         Ok(())
     };
+    let mut t = Taker {
+        iface,
+        skip_outgoing,
+        snaplen,
+        matcher,
+        batch: None,
+        since: None,
+        scratch: Vec::new(),
+        received: 0,
+        filtered: 0,
+        dropped: 0,
+    };
     while !control.stopped() {
-        let Some(block) = sock.block(next) else {
-            if last_stats.elapsed() >= Duration::from_millis(500) {
-                fetch_stats(&sock)?;
-                last_stats = Instant::now();
-            }
-            sock.wait(100).map_err(|e| io("waiting for packets", e))?;
-            continue;
-        };
-        let mut batch = free_rx.try_recv().ok();
-        if let Some(b) = batch.as_mut() {
-            b.sock = sock_id;
+        if last_stats.elapsed() >= Duration::from_millis(500) {
+            fetch_stats(&mut src)?;
+            last_stats = Instant::now();
         }
-        let (mut received, mut filtered, mut dropped) = (0u64, 0u64, 0u64);
-        let (_, bad) = ring::packets(block, |p| {
-            if skip_outgoing && p.outgoing {
-                return;
+        // A batch from the pool (kept across idle rounds); none free means this round's packets are dropped.
+        if t.batch.is_none() {
+            t.batch = free_rx.try_recv().ok();
+            if let Some(b) = t.batch.as_mut() {
+                b.sock = sock_id;
             }
-            received += 1;
-            let (data, wirelen) = match p.vlan {
-                Some((tpid, tci)) => (ring::with_vlan(p.data, tpid, tci, &mut scratch), p.wirelen.saturating_add(4)),
-                None => (p.data, p.wirelen),
-            };
-            let data = &data[..data.len().min(snaplen)];
-            if matcher.is_some_and(|m| !m.matches(data, wirelen, p.ts_ns)) {
-                filtered += 1;
-                return;
+        }
+        let bad = match &mut src {
+            Source::Packet(sock, next) => {
+                let Some(block) = sock.block(*next) else {
+                    sock.wait(100).map_err(|e| io("waiting for packets", e))?;
+                    continue;
+                };
+                let (_, bad) = ring::packets(block, |p| t.take(p));
+                sock.release(*next);
+                *next = (*next + 1) % sock.blocks();
+                bad
             }
-            let Some(b) = batch.as_mut() else {
-                dropped += 1;
-                return;
-            };
-            let start = b.data.len();
-            b.data.extend_from_slice(data);
-            b.pkts.push((iface, p.ts_ns, wirelen, start, data.len()));
-        });
-        sock.release(next);
-        next = (next + 1) % sock.blocks();
-        c.received.fetch_add(received, Ordering::Relaxed);
-        c.filtered.fetch_add(filtered, Ordering::Relaxed);
-        c.dropped.fetch_add(dropped, Ordering::Relaxed);
+            #[cfg(feature = "xdp")]
+            Source::Xdp(x) => {
+                // AF_XDP has no receive timestamp: one taken in user space per batch taken from the ring. Batches
+                // from the ring are small (at most 256 packets): several go into one batch to the writer, while
+                // packets keep coming and it has room.
+                let mut timeout = if t.batch.as_ref().is_some_and(|b| !b.pkts.is_empty()) { 5 } else { 100 };
+                loop {
+                    let ts_ns = now_ns();
+                    let n = x
+                        .recv(timeout, &mut |data| {
+                            let wirelen = data.len() as u32;
+                            t.take(ring::RingPacket { ts_ns, wirelen, data, vlan: None, outgoing: false });
+                        })
+                        .map_err(|e| io("receiving packets", e))?;
+                    if n > 0 && t.since.is_none() {
+                        t.since = Some(Instant::now());
+                    }
+                    let full = t.batch.as_ref().is_none_or(|b| b.pkts.len() >= 8192 || b.data.len() >= 960 << 10);
+                    if n == 0 || full {
+                        break;
+                    }
+                    timeout = 0;
+                }
+                // A batch goes to the writer when full or 20 ms old: many small batches would run the pool dry
+                // while the writer closes a segment.
+                let full = t.batch.as_ref().is_none_or(|b| b.pkts.len() >= 8192 || b.data.len() >= 960 << 10);
+                if !full && t.since.is_some_and(|s| s.elapsed() < Duration::from_millis(20)) {
+                    continue;
+                }
+                0
+            }
+        };
         c.malformed.fetch_add(u64::from(bad), Ordering::Relaxed);
-        if let Some(b) = batch
-            && let Err(crossbeam_channel::SendError(b)) = full_tx.send(b)
-        {
-            // The writer is gone (it failed): what this batch held is counted, not silently lost.
-            c.unwritten.fetch_add(b.pkts.len() as u64, Ordering::Relaxed);
+        if !ship(&mut t, c, full_tx) {
             break;
         }
     }
-    fetch_stats(&sock)
+    // Stopped with a batch in hand (AF_XDP keeps one for up to 20 ms): it goes to the writer too.
+    ship(&mut t, c, full_tx);
+    fetch_stats(&mut src)
 }
 
 /// The sink's side of a capture: hands packets to the sink, counts them, applies the limits.

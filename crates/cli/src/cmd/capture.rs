@@ -128,6 +128,7 @@ fn stats_json(s: &Summary, event: &str) -> serde_json::Value {
         "event": event,
         "seconds": s.elapsed.as_secs_f64(),
         "backend": s.backend,
+        "fallback": s.fallback,
         "received": t.received,
         "kernel_drops": t.kernel_drops,
         "ring_full": t.ring_full,
@@ -201,16 +202,23 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         control.limit_time(d);
     }
     let names: Vec<String> = ifaces.iter().map(|i| format!("{} ({})", i.name, i.linktype)).collect();
-    let backend = match args.backend {
-        Backend::Auto => "af_packet (AF_XDP is not built in yet)",
-        _ => "af_packet",
-    };
+    let auto = args.backend == Backend::Auto;
     let terminal = std::io::stderr().is_terminal();
     let json = args.json;
     let store_dir = args.store.display().to_string();
     let mut events = |e: Event<'_>| match e {
-        Event::Started(_) => {
-            eprintln!("pcaptool: capturing on {} with {backend} into {store_dir}; Ctrl-C stops", names.join(", "));
+        Event::Started(s) => {
+            // Say which backend runs, and why AF_XDP does not when `auto` chose AF_PACKET.
+            let why = match &s.fallback {
+                Some(f) => format!(" ({f}; fell back to AF_PACKET)"),
+                None if auto && !cfg!(feature = "xdp") => " (AF_XDP is not built in)".to_string(),
+                None => String::new(),
+            };
+            eprintln!(
+                "pcaptool: capturing on {} with {}{why} into {store_dir}; Ctrl-C stops",
+                names.join(", "),
+                s.backend
+            );
         }
         Event::Stats(s) if json => {
             println!("{}", stats_json(s, "stats"));
