@@ -210,31 +210,47 @@ pub(crate) fn capture_section() -> anyhow::Result<()> {
     println!();
     println!("| frames | capturer | sent | rate (pps) | written | dropped (kernel + capturer) |");
     println!("|---|---|---|---|---|---|");
+    // AF_XDP too when the binary has it (PCAPTOOL_FEATURES=xdp); on a 1500-byte MTU, where veth runs XDP in
+    // driver mode.
+    let xdp = std::env::var("PCAPTOOL_FEATURES").is_ok_and(|f| f.split([',', ' ']).any(|x| x == "xdp"));
+    let mut backends = vec![("af_packet", "pcaptool capture (AF_PACKET)")];
+    if xdp {
+        backends.push(("af_xdp", "pcaptool capture (AF_XDP)"));
+    }
     for (len, n) in [(60usize, 1_000_000usize), (508, 500_000)] {
         let trace = dir.join(format!("frames-{}.pcap", len + 4));
         write_frames(&trace, &udp_frames(n, len, 20_000))?;
-        // pcaptool, indexing on.
-        let store = dir.join("veth-store");
-        let _ = std::fs::remove_dir_all(&store);
-        let mut c = pair.exec(&pair.b);
-        c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--store"]).arg(&store);
-        let mut child = start(c, Some("capturing on"))?;
-        let (sent, pps) = replay(&pair, &trace, None)?;
-        std::thread::sleep(Duration::from_secs(2));
-        let out = interrupt(&mut child)?;
-        let s: serde_json::Value = out
-            .lines()
-            .rev()
-            .find(|l| l.contains("\"summary\""))
-            .and_then(|l| serde_json::from_str(l).ok())
-            .context("pcaptool's summary")?;
-        let drops = s["kernel_drops"].as_u64().unwrap_or(0) + s["pcaptool_drops"].as_u64().unwrap_or(0);
-        println!(
-            "| {} B | pcaptool capture (AF_PACKET) | {sent} | {pps:.0} | {} | {drops} |",
-            len + 4,
-            s["written"].as_u64().unwrap_or(0)
-        );
-        let _ = std::fs::remove_dir_all(&store);
+        for (backend, label) in &backends {
+            for (ns, dev) in [(&pair.a, &pair.va), (&pair.b, &pair.vb)] {
+                let mtu = if *backend == "af_xdp" { "1500" } else { "9000" };
+                Command::new("ip").args(["-n", ns, "link", "set", dev, "mtu", mtu]).status()?;
+            }
+            let store = dir.join("veth-store");
+            let _ = std::fs::remove_dir_all(&store);
+            let mut c = pair.exec(&pair.b);
+            c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--backend", backend, "--store"]).arg(&store);
+            let mut child = start(c, Some("capturing on"))?;
+            let (sent, pps) = replay(&pair, &trace, None)?;
+            std::thread::sleep(Duration::from_secs(2));
+            let out = interrupt(&mut child)?;
+            let s: serde_json::Value = out
+                .lines()
+                .rev()
+                .find(|l| l.contains("\"summary\""))
+                .and_then(|l| serde_json::from_str(l).ok())
+                .context("pcaptool's summary")?;
+            let drops = s["kernel_drops"].as_u64().unwrap_or(0) + s["pcaptool_drops"].as_u64().unwrap_or(0);
+            println!(
+                "| {} B | {label} [{}] | {sent} | {pps:.0} | {} | {drops} |",
+                len + 4,
+                s["backend"].as_str().unwrap_or("?"),
+                s["written"].as_u64().unwrap_or(0)
+            );
+            let _ = std::fs::remove_dir_all(&store);
+        }
+        for (ns, dev) in [(&pair.a, &pair.va), (&pair.b, &pair.vb)] {
+            Command::new("ip").args(["-n", ns, "link", "set", dev, "mtu", "9000"]).status()?;
+        }
         // tcpdump -w.
         let out_file = dir.join("tcpdump.pcap");
         let mut c = pair.exec(&pair.b);

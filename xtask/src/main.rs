@@ -101,11 +101,14 @@ pub(crate) fn root() -> PathBuf {
 }
 
 /// Builds the release binary and returns its path.
+/// Builds the release `pcaptool` (with the cargo features in `PCAPTOOL_FEATURES`, such as `xdp`).
 pub(crate) fn build_pcaptool() -> anyhow::Result<PathBuf> {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--quiet", "-p", "pcaptool"])
-        .current_dir(root())
-        .status()?;
+    let features = std::env::var("PCAPTOOL_FEATURES").unwrap_or_default();
+    let mut args = vec!["build", "--release", "--quiet", "-p", "pcaptool"];
+    if !features.is_empty() {
+        args.extend(["--features", features.as_str()]);
+    }
+    let status = Command::new(env!("CARGO")).args(&args).current_dir(root()).status()?;
     if !status.success() {
         bail!("cargo build --release -p pcaptool failed");
     }
