@@ -144,6 +144,21 @@ fn summary(stdout: &str) -> serde_json::Value {
     serde_json::from_str(line).unwrap()
 }
 
+/// Captures into `store` (with `extra` arguments) until the `packets` of `trace`, replayed at 4,000 packets/s, are
+/// written; returns pcaptool's JSON summary.
+fn capture_all(pair: &Pair, trace: &Path, packets: usize, store: &Path, extra: &[&str]) -> serde_json::Value {
+    let n = packets.to_string();
+    let mut args = vec!["--json", "--packets", &n, "--duration", "120s"];
+    args.extend_from_slice(extra);
+    let (mut child, _lines) = start_capture(pair, &pair.b, &pair.vb, store, &args);
+    replay(pair, trace, 4000);
+    let status = wait(&mut child, Duration::from_secs(150));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "capture: {stdout}");
+    summary(&stdout)
+}
+
 /// Every packet sent comes back from the store, byte for byte and in order, with no drop counted; with
 /// `--packets` the capture stops by itself.
 #[test]
@@ -152,15 +167,7 @@ fn captured_packets_come_back_byte_for_byte() {
     let tmp = TempDir::new("capture-bytes");
     let (trace, sent) = traffic(&tmp, 3000);
     let store = tmp.join("store");
-    let n = sent.len().to_string();
-    let (mut child, _lines) =
-        start_capture(&pair, &pair.b, &pair.vb, &store, &["--json", "--packets", &n, "--duration", "120s"]);
-    replay(&pair, &trace, 4000);
-    let status = wait(&mut child, Duration::from_secs(150));
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-    assert!(status.success(), "capture: {stdout}");
-    let s = summary(&stdout);
+    let s = capture_all(&pair, &trace, sent.len(), &store, &[]);
     let got = stored(&store, &tmp);
     assert_eq!(got.len(), sent.len(), "every sent packet stored: {s}");
     for (i, ((wl, data), want)) in got.iter().zip(&sent).enumerate() {
@@ -252,32 +259,30 @@ fn kill_during_capture_keeps_what_was_flushed() {
 fn capture_errors_say_what_to_do() {
     let tmp = TempDir::new("capture-errors");
     let store = tmp.join("store");
-    let o = run(Command::new(pcaptool_bin()).args(["capture", "-i", "no-such-if0", "--store"]).arg(&store));
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("no network interface named `no-such-if0`"), "{e}");
-    assert_eq!(e.lines().count(), 1, "{e}");
+    refused(
+        Command::new(pcaptool_bin()).args(["capture", "-i", "no-such-if0", "--store"]).arg(&store),
+        "no network interface named `no-such-if0`",
+    );
     let Some(pair) = pair("e") else { return };
     if !pcaptool_tests::built_with("xdp") {
-        let o = run(pair
-            .exec(&pair.b)
-            .arg(pcaptool_bin())
-            .args(["capture", "-i", &pair.vb, "--backend", "af_xdp", "--store"])
-            .arg(&store));
-        let e = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && e.contains("AF_XDP is not built"), "{e}");
+        let mut c = pair.exec(&pair.b);
+        c.arg(pcaptool_bin()).args(["capture", "-i", &pair.vb, "--backend", "af_xdp", "--store"]).arg(&store);
+        refused(&mut c, "AF_XDP is not built");
     }
     if let Some(setpriv) = tool("setpriv") {
-        let o = run(pair
-            .exec(&pair.b)
-            .arg(setpriv)
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
-            .arg(pcaptool_bin())
-            .args(["capture", "-i", &pair.vb, "--store"])
-            .arg(&store));
-        let e = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && e.contains("CAP_NET_RAW"), "{e}");
-        assert_eq!(e.lines().count(), 1, "{e}");
+        let mut c = pair.exec(&pair.b);
+        c.arg(setpriv).args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]);
+        c.arg(pcaptool_bin()).args(["capture", "-i", &pair.vb, "--store"]).arg(&store);
+        refused(&mut c, "CAP_NET_RAW");
     }
+}
+
+/// Runs `cmd` and checks that it fails with one line of error saying `what`.
+fn refused(cmd: &mut Command, what: &str) {
+    let o = run(cmd);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains(what), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
 
 /// Two interfaces in one capture, each recorded as its own interface: the veth end and the loopback of the
@@ -375,14 +380,9 @@ fn full_and_read_only_disks_are_reported() {
     drop(small);
 
     let ro = Mount::new(tmp.join("ro"), "ro,size=1m");
-    let o = run(pair
-        .exec(&pair.b)
-        .arg(pcaptool_bin())
-        .args(["capture", "-i", &pair.vb, "--store"])
-        .arg(ro.0.join("store")));
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("Read-only file system"), "{e}");
-    assert_eq!(e.lines().count(), 1, "{e}");
+    let mut c = pair.exec(&pair.b);
+    c.arg(pcaptool_bin()).args(["capture", "-i", &pair.vb, "--store"]).arg(ro.0.join("store"));
+    refused(&mut c, "Read-only file system");
 }
 
 /// `--queues 2`: two sockets in a fanout group (flow hash), two capture threads; the writer merges their packets
@@ -393,11 +393,7 @@ fn fanout_queues_store_every_packet_once() {
     let tmp = TempDir::new("capture-fanout");
     let (trace, sent) = traffic(&tmp, 3000);
     let store = tmp.join("store");
-    let n = sent.len().to_string();
-    let (mut child, _lines) =
-        start_capture(&pair, &pair.b, &pair.vb, &store, &["--queues", "2", "--packets", &n, "--duration", "120s"]);
-    replay(&pair, &trace, 4000);
-    assert!(wait(&mut child, Duration::from_secs(150)).success());
+    capture_all(&pair, &trace, sent.len(), &store, &["--queues", "2"]);
     let got: Vec<Vec<u8>> = stored(&store, &tmp).into_iter().map(|g| g.1).collect();
     assert_eq!(got.len(), sent.len(), "every sent packet stored once");
     assert!(got == sent, "the two sockets' packets merged back into the order they arrived in");
@@ -420,20 +416,7 @@ fn af_xdp_captures_byte_for_byte() {
     let tmp = TempDir::new("capture-xdp");
     let (trace, sent) = traffic_up_to(&tmp, 3000, 3000);
     let store = tmp.join("store");
-    let n = sent.len().to_string();
-    let (mut child, _lines) = start_capture(
-        &pair,
-        &pair.b,
-        &pair.vb,
-        &store,
-        &["--backend", "af_xdp", "--json", "--packets", &n, "--duration", "120s"],
-    );
-    replay(&pair, &trace, 4000);
-    let status = wait(&mut child, Duration::from_secs(150));
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-    assert!(status.success(), "capture: {stdout}");
-    let s = summary(&stdout);
+    let s = capture_all(&pair, &trace, sent.len(), &store, &["--backend", "af_xdp"]);
     assert!(s["backend"].as_str().is_some_and(|b| b.starts_with("af_xdp")), "{s}");
     let got = stored(&store, &tmp);
     assert_eq!(got.len(), sent.len(), "every sent packet stored: {s}");
