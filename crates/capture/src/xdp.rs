@@ -52,10 +52,11 @@ fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
 
 impl XdpSocket {
     /// Opens an XDP socket on queue `queue` of interface `name`, in driver mode if the driver supports it, else
-    /// in generic mode, with about `ring_bytes` of UMEM: half its frames wait in the fill ring, the other half can
-    /// wait in the receive ring (the kernel's buffer while the capture thread is busy).
+    /// in generic mode, with 4 × `ring_bytes` of UMEM (every packet takes a whole 4 KiB frame, so the same
+    /// number of bytes holds far fewer small packets than an AF_PACKET ring): half its frames wait in the fill
+    /// ring, the other half can wait in the receive ring (the kernel's buffer while the capture thread is busy).
     pub(crate) fn open(name: &str, queue: u32, ring_bytes: usize) -> io::Result<XdpSocket> {
-        let frames_n = (ring_bytes / FRAME_BYTES).clamp(4096, 1 << 20).next_power_of_two() as u32;
+        let frames_n = (ring_bytes.saturating_mul(4) / FRAME_BYTES).clamp(4096, 1 << 20).next_power_of_two() as u32;
         let ring_n = frames_n / 2;
         // libxdp and libbpf log to standard error (missing bpffs, skipped ELF sections); errors come back as
         // values, so their chatter is silenced.
@@ -128,11 +129,13 @@ impl XdpSocket {
         Ok(n)
     }
 
-    /// What the kernel counted since the last call: packets dropped (no room in the receive ring, no frame in
-    /// the fill ring, or invalid), and times the receive ring was full.
+    /// What the kernel counted since the last call: packets dropped (no room in the receive ring, or no frame in
+    /// the fill ring), and times the receive ring was full.
     pub(crate) fn stats(&mut self) -> io::Result<(u64, u64)> {
         let s = self.rx.fd().xdp_statistics()?;
-        let now = (s.rx_dropped() + s.rx_fill_ring_empty_descs() + s.rx_invalid_descs(), s.rx_ring_full(), 0);
+        // rx_dropped counts every packet the socket dropped (no frame in the fill ring, no room in the receive
+        // ring); rx_ring_full and rx_fill_ring_empty_descs count the same drops by cause, so they are not added.
+        let now = (s.rx_dropped(), s.rx_ring_full(), 0);
         let delta = (now.0.saturating_sub(self.last.0), now.1.saturating_sub(self.last.1));
         self.last = now;
         Ok(delta)
