@@ -290,7 +290,7 @@ pub(crate) fn capture_section() -> anyhow::Result<()> {
     let store = dir.join("veth-store");
     let _ = std::fs::remove_dir_all(&store);
     let mut c = pair.exec(&pair.b);
-    c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--store"]).arg(&store);
+    c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--backend", "af_packet", "--store"]).arg(&store);
     let (us, child) = measure(Some(start(c, Some("capturing on"))?))?;
     let out = interrupt(&mut child.context("child")?)?;
     let written = out
