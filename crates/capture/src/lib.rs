@@ -5,8 +5,10 @@
 //! capture thread (n2disk's writer thread, FloSIS's split of capture, writing and indexing). When the sink falls
 //! behind and every buffer is in use, packets are dropped and counted, never lost silently.
 //!
-//! Backend: AF_PACKET with a TPACKET_V3 ring (kernel nanosecond timestamps), one socket per queue joined in a
-//! fanout group. AF_XDP is not built in yet: asking for it is an error that says so.
+//! Backends: AF_XDP (cargo feature `xdp`: one XDP socket per receive queue, driver mode where the driver has it,
+//! generic otherwise, timestamps taken per batch in user space) and AF_PACKET with a TPACKET_V3 ring (kernel
+//! nanosecond timestamps, one socket per queue joined in a fanout group). [`Backend::Auto`] tries AF_XDP first and
+//! reports in [`Summary::fallback`] why it fell back to AF_PACKET.
 //!
 //! ```no_run
 //! use pcaptool_capture::{CaptureConfig, Control, Sink, SinkError};
@@ -49,11 +51,11 @@ use pcaptool_query::{Filter, Matcher, Target};
 /// Which way packets come from the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// AF_XDP where it can run, AF_PACKET otherwise (today: AF_PACKET, AF_XDP is not built in).
+    /// AF_XDP where it can run (built in, not the loopback, a socket per queue opens), AF_PACKET otherwise.
     Auto,
     /// AF_PACKET with a TPACKET_V3 ring.
     AfPacket,
-    /// AF_XDP sockets (not built in yet).
+    /// AF_XDP sockets (cargo feature `xdp`; an error without it).
     AfXdp,
 }
 
