@@ -385,19 +385,21 @@ fn no_xdp() -> CaptureError {
     )
 }
 
+/// Bytes of an AF_PACKET ring block; a batch to the writer holds a block's packets.
+const BLOCK_SIZE: u32 = 1 << 20;
+
 /// Sockets opened (each with its interface's index in the configuration) and the backend's name.
 type Opened = (Vec<(usize, Source)>, String);
 
 /// Opens the AF_PACKET sockets: `queues` per interface, in a fanout group when there are several.
 fn open_packet(config: &CaptureConfig, ifaces: &[Interface]) -> Result<Vec<(usize, Source)>, CaptureError> {
-    let block_size: u32 = 1 << 20;
-    let block_nr = (config.ring_bytes / block_size as usize).max(2) as u32;
+    let block_nr = (config.ring_bytes / BLOCK_SIZE as usize).max(2) as u32;
     let mut sockets = Vec::new();
     for (k, i) in ifaces.iter().enumerate() {
         let index = sys::if_index(&i.name).ok_or_else(|| CaptureError::NoInterface(i.name.clone()))?;
         for _ in 0..config.queues.max(1) {
             let fanout = (config.queues > 1).then_some((std::process::id() as u16) ^ (k as u16).wrapping_mul(7919));
-            let params = sys::RingParams { block_size, block_nr, retire_ms: 100, fanout };
+            let params = sys::RingParams { block_size: BLOCK_SIZE, block_nr, retire_ms: 100, fanout };
             let s = sys::PacketSocket::open(index, params).map_err(|e| match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => CaptureError::Privileges(i.name.clone()),
                 _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
@@ -496,9 +498,8 @@ pub fn run(
     } else {
         backend
     };
-    let block_size: u32 = 1 << 20;
     let counters: Vec<Counters> = ifaces.iter().map(|_| Counters::default()).collect();
-    let batch_bytes = block_size as usize + 64 * 1024;
+    let batch_bytes = BLOCK_SIZE as usize + 64 * 1024;
     let nbatches = (config.buffer_bytes / batch_bytes).max(2 * sockets.len());
     let (free_tx, free_rx) = bounded::<Batch>(nbatches);
     for _ in 0..nbatches {
@@ -537,7 +538,7 @@ pub fn run(
             }));
         }
         drop(full_tx);
-        let mut w = Writer { sink, counters: &counters, control, free_tx: &free_tx, failure: None };
+        let mut w = Writer { sink, counters: &counters, control, free_tx: &free_tx, failure: None, taken: 0 };
         write_loop(&full_rx, &mut w, nsockets, config.flush_every, started, &mut |flows| {
             events(Event::Stats(&summary(flows)))
         });
@@ -645,6 +646,12 @@ struct Taker<'a> {
 }
 
 impl Taker<'_> {
+    /// Whether the batch in hand has no room for another read of the AF_XDP ring (or there is none).
+    #[cfg(feature = "xdp")]
+    fn batch_full(&self) -> bool {
+        self.batch.as_ref().is_none_or(|b| b.pkts.len() >= 8192 || b.data.len() >= 960 << 10)
+    }
+
     fn take(&mut self, p: ring::RingPacket<'_>) {
         if self.skip_outgoing && p.outgoing {
             return;
@@ -741,16 +748,14 @@ fn capture_loop(
                     if n > 0 && t.since.is_none() {
                         t.since = Some(Instant::now());
                     }
-                    let full = t.batch.as_ref().is_none_or(|b| b.pkts.len() >= 8192 || b.data.len() >= 960 << 10);
-                    if n == 0 || full {
+                    if n == 0 || t.batch_full() {
                         break;
                     }
                     timeout = 0;
                 }
                 // A batch goes to the writer when full or 20 ms old: many small batches would run the pool dry
                 // while the writer closes a segment.
-                let full = t.batch.as_ref().is_none_or(|b| b.pkts.len() >= 8192 || b.data.len() >= 960 << 10);
-                if !full && t.since.is_some_and(|s| s.elapsed() < Duration::from_millis(20)) {
+                if !t.batch_full() && t.since.is_some_and(|s| s.elapsed() < Duration::from_millis(20)) {
                     continue;
                 }
                 0
@@ -773,19 +778,17 @@ struct Writer<'a> {
     control: &'a Control,
     free_tx: &'a Sender<Batch>,
     failure: Option<SinkError>,
+    /// Packets handed to the sink, all interfaces (for the packet limit, without summing counters per packet).
+    taken: u64,
 }
 
 impl Writer<'_> {
-    fn written(&self) -> u64 {
-        self.counters.iter().map(|c| c.written.load(Ordering::Relaxed)).sum()
-    }
-
     /// Hands one packet to the sink (or counts it as not written, after a failure or past the packet limit).
     fn packet(&mut self, b: &Batch, i: usize) {
         let (iface, ts, wirelen, start, len) = b.pkts[i];
         let c = &self.counters[iface as usize];
         let max = self.control.max_packets.load(Ordering::SeqCst);
-        let limited = max > 0 && self.written() >= max;
+        let limited = max > 0 && self.taken >= max;
         if self.failure.is_some() || limited {
             c.unwritten.fetch_add(1, Ordering::Relaxed);
             if limited {
@@ -796,6 +799,7 @@ impl Writer<'_> {
         let r = self.sink.packet(iface, ts, wirelen, &b.data[start..start + len]);
         // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
         c.written.fetch_add(1, Ordering::Relaxed);
+        self.taken += 1;
         match r {
             Ok(()) => {
                 c.bytes.fetch_add(len as u64, Ordering::Relaxed);
@@ -805,7 +809,7 @@ impl Writer<'_> {
                 self.control.stop();
             }
         }
-        if max > 0 && self.written() >= max {
+        if max > 0 && self.taken >= max {
             self.control.stop();
         }
     }

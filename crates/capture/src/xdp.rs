@@ -36,7 +36,8 @@ pub(crate) struct XdpSocket {
     descs: Vec<FrameDesc>,
     /// The frames not yet in the fill ring.
     spare: Vec<FrameDesc>,
-    last: (u64, u64, u64),
+    /// The kernel's drop and ring-full counters at the last `stats`.
+    last: (u64, u64),
     pub(crate) mode: Mode,
 }
 
@@ -92,7 +93,7 @@ impl XdpSocket {
                         return Err(err("filling the fill ring", format!("{n} of {} frames", descs.len())));
                     }
                     let descs = vec![FrameDesc::default(); BATCH];
-                    return Ok(XdpSocket { umem, rx, fq, descs, spare, last: (0, 0, 0), mode });
+                    return Ok(XdpSocket { umem, rx, fq, descs, spare, last: (0, 0), mode });
                 }
                 Ok(_) => last_err = Some(err("creating the XDP socket", "no fill ring")),
                 Err(e) => last_err = Some(err("creating the XDP socket", e)),
@@ -135,7 +136,7 @@ impl XdpSocket {
         let s = self.rx.fd().xdp_statistics()?;
         // rx_dropped counts every packet the socket dropped (no frame in the fill ring, no room in the receive
         // ring); rx_ring_full and rx_fill_ring_empty_descs count the same drops by cause, so they are not added.
-        let now = (s.rx_dropped(), s.rx_ring_full(), 0);
+        let now = (s.rx_dropped(), s.rx_ring_full());
         let delta = (now.0.saturating_sub(self.last.0), now.1.saturating_sub(self.last.1));
         self.last = now;
         Ok(delta)

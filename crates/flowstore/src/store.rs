@@ -196,6 +196,24 @@ impl Ingest<'_> {
     }
 }
 
+/// Calls `f` with the records `got` (each the index of its segment's mapped data in `maps`) in the store's order;
+/// false if `f` asked to stop.
+fn in_order(
+    maps: &[(&Segment, MappedFile)],
+    mut got: Vec<(u32, Record)>,
+    f: &mut dyn FnMut(&StoredPacket<'_>) -> bool,
+) -> bool {
+    got.sort_unstable_by_key(|g| g.1.seq);
+    for (m, r) in &got {
+        let (seg, data) = &maps[*m as usize];
+        let data = &data.bytes()[r.at..r.at + r.len];
+        if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta }) {
+            return false;
+        }
+    }
+    true
+}
+
 /// An open store.
 #[derive(Debug)]
 pub struct Store {
@@ -450,14 +468,9 @@ impl Store {
                 }
                 maps.push((seg, data));
             }
-            got.sort_unstable_by_key(|g| g.1.seq);
             st.packets_read += got.len() as u64;
-            for (m, r) in &got {
-                let (seg, data) = &maps[*m as usize];
-                let data = &data.bytes()[r.at..r.at + r.len];
-                if !f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta }) {
-                    return Ok(st);
-                }
+            if !in_order(&maps, got, f) {
+                return Ok(st);
             }
             i = j;
         }
@@ -480,12 +493,10 @@ impl Store {
             }
         }
         // A flow seen on several interfaces lies in segments of each: merged by position.
-        got.sort_unstable_by_key(|g| g.1.seq);
-        for (m, r) in &got {
-            let (seg, data) = &maps[*m as usize];
-            let data = &data.bytes()[r.at..r.at + r.len];
-            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: seg.stage1.meta });
-        }
+        in_order(&maps, got, &mut |p| {
+            f(p);
+            true
+        });
         Ok(!maps.is_empty())
     }
 
