@@ -61,6 +61,7 @@ fn index_selects_every_match_on_every_trace() {
         let file = IndexFile::open(&idx).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
         file.check_trace(trace, None, u32::MAX).unwrap();
         let view = file.view().unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+        view.check().unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
         let mut r = TraceReader::open(trace).unwrap();
         let swapped = match r.format() {
             Some(FileFormat::Pcap { big_endian, .. }) | Some(FileFormat::PcapNg { big_endian }) => {
@@ -76,7 +77,7 @@ fn index_selects_every_match_on_every_trace() {
         files += 1;
         for (text, f) in &filters {
             let need = plan::necessary(f);
-            let sel = view.select(&need);
+            let sel = view.select(&need).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
             let chosen: HashSet<u64> = sel
                 .chunks
                 .iter()
@@ -86,7 +87,8 @@ fn index_selects_every_match_on_every_trace() {
                 })
                 .collect();
             candidates += chosen.len() as u64;
-            let counted = plan::exact(f).then(|| view.count(&need));
+            let counted =
+                plan::exact(f).then(|| view.count(&need).unwrap_or_else(|e| panic!("{}: {e}", trace.display())));
             let undecided: HashSet<u64> = counted
                 .iter()
                 .flat_map(|(_, sel)| sel.chunks.iter())

@@ -2,7 +2,7 @@
 //! temporary file that is renamed into place when complete (a failed build leaves no index behind).
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{Compression, PacketFields, Record, Records, TraceError, TraceReader};
@@ -12,8 +12,9 @@ use rustc_hash::FxHashMap;
 
 use crate::IndexError;
 use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32};
-use crate::keys::{Key, flags_code, key_of, len_class, pair_keys, write_table};
-use crate::keyseq::{GROUP, write_key_seq};
+use crate::keys::{KEY_FIELDS, Key, flags_code, key_of, len_class, pair_keys, shape_rank, write_column};
+use crate::lanes::{assign, write_flows};
+use crate::select::{CHUNK_HEAD, PARTS, shape_of};
 
 /// How to build.
 #[derive(Clone, Debug)]
@@ -48,9 +49,10 @@ pub struct BuildStats {
     pub damage: Option<TraceError>,
 }
 
-/// The identity of a trace file: its length, modification time (ns) and the CRC-32 of its first and last MiB.
+/// The identity of a trace file: its length, modification time (ns) and the CRC-32 of its first and last 64 KiB.
 pub(crate) fn identity(path: &Path) -> Result<(u64, u64, u32, u32), IndexError> {
-    let mut f = File::open(path).map_err(|e| IndexError::io(path, e))?;
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).map_err(|e| IndexError::io(path, e))?;
     let meta = f.metadata().map_err(|e| IndexError::io(path, e))?;
     let len = meta.len();
     let mtime = meta
@@ -60,10 +62,9 @@ pub(crate) fn identity(path: &Path) -> Result<(u64, u64, u32, u32), IndexError> 
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     let span = len.min(IDENTITY_SPAN) as usize;
     let mut buf = vec![0u8; span];
-    f.read_exact(&mut buf).map_err(|e| IndexError::io(path, e))?;
+    f.read_exact_at(&mut buf, 0).map_err(|e| IndexError::io(path, e))?;
     let head = crc32(&buf);
-    f.seek(SeekFrom::Start(len - span as u64)).map_err(|e| IndexError::io(path, e))?;
-    f.read_exact(&mut buf).map_err(|e| IndexError::io(path, e))?;
+    f.read_exact_at(&mut buf, len - span as u64).map_err(|e| IndexError::io(path, e))?;
     Ok((len, mtime, head, crc32(&buf)))
 }
 
@@ -84,10 +85,8 @@ struct ChunkInput {
     ids: Vec<u32>,
     /// Distinct keys, by id.
     keys: Vec<Key>,
-    /// TCP flags code of every packet.
-    flags: Vec<u32>,
-    /// Wire-length class of every packet.
-    lens: Vec<u32>,
+    /// Shape (TCP flags code and wire-length class, see `shape_of`) of every packet.
+    shapes: Vec<u32>,
     /// Earliest and latest timestamp of every page.
     pages: Vec<(u64, u64)>,
     /// Stream offset of the first record of every block.
@@ -141,15 +140,15 @@ fn cut<'a>(rec: &Record<'a>, snap: u32) -> &'a [u8] {
     &rec.data[..rec.data.len().min(snap as usize)]
 }
 
-/// A packet's key, TCP flags code and wire-length class.
-fn facts_of_record(rec: &Record<'_>, snap: u32) -> (Key, u32, u32) {
+/// A packet's key and shape (TCP flags code and wire-length class).
+fn facts_of_record(rec: &Record<'_>, snap: u32) -> (Key, u32) {
     let fields = PacketFields::new(rec.linktype, cut(rec, snap), rec.wirelen, rec.ts_ns);
-    (key_of(&fields), flags_code(&fields), u32::from(len_class(rec.wirelen)))
+    (key_of(&fields), shape_of(flags_code(&fields), len_class(rec.wirelen)))
 }
 
 /// The chunk of `recs`: keys read in parallel, interned per batch, then merged in packet order.
 fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkInput {
-    type Part = (Vec<Key>, Vec<(u32, u32, u32)>);
+    type Part = (Vec<Key>, Vec<(u32, u32)>);
     let parts: Vec<Part> = recs
         .par_chunks(16_384)
         .map(|part| {
@@ -157,8 +156,8 @@ fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkI
             let facts = part
                 .iter()
                 .map(|r| {
-                    let (k, f, l) = facts_of_record(r, snap);
-                    (int.id(&k), f, l)
+                    let (k, shape) = facts_of_record(r, snap);
+                    (int.id(&k), shape)
                 })
                 .collect();
             (int.keys, facts)
@@ -170,12 +169,11 @@ fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkI
     let mut recs = recs.iter();
     for (keys, facts) in parts {
         let global: Vec<u32> = keys.iter().map(|k| int.id(k)).collect();
-        for (id, flags, len) in facts {
+        for (id, shape) in facts {
             let r = recs.next().expect("one record per id");
             input.place(r.offset, r.ts_ns);
             input.ids.push(global[id as usize]);
-            input.flags.push(flags);
-            input.lens.push(len);
+            input.shapes.push(shape);
         }
     }
     input.keys = int.keys;
@@ -222,6 +220,8 @@ fn take_chunks<'a>(
 /// A chunk's bytes and what the directory says of it.
 struct Encoded {
     bytes: Vec<u8>,
+    /// CRC-32 of the chunk's head (its parts carry their own).
+    head_crc: u32,
     packets: u32,
     keys: u32,
     first_packet: u64,
@@ -229,46 +229,90 @@ struct Encoded {
     t_max: u64,
 }
 
-fn encode_chunk(mut input: ChunkInput) -> Encoded {
+fn encode_chunk(input: ChunkInput) -> Encoded {
     let n = input.len();
-    // Keys paired into flows, rows by shape (see `pair_keys`), ids renumbered to match.
-    let (rows, renumber) = pair_keys(&input.keys);
-    input.ids.iter_mut().for_each(|id| *id = renumber[*id as usize]);
+    // Keys paired into flows (rows by class, then first packet); each packet's key `2·row + direction`.
+    let (rows, key_of_id) = pair_keys(&input.keys);
+    let mut first = vec![u32::MAX; rows.len()];
+    let mut last = vec![0u32; rows.len()];
+    for (i, &id) in input.ids.iter().enumerate() {
+        let row = key_of_id[id as usize] as usize / 2;
+        if first[row] == u32::MAX {
+            first[row] = i as u32;
+        }
+        last[row] = i as u32;
+    }
+    let class: Vec<u8> = rows.iter().map(shape_rank).collect();
+    let lanes = assign(&class, &first, &last);
+    let symbols: Vec<u32> = input
+        .ids
+        .iter()
+        .map(|&id| {
+            let k = key_of_id[id as usize];
+            2 * lanes.lane[k as usize / 2] + k % 2
+        })
+        .collect();
     let base = input.blocks.first().copied().unwrap_or(0);
     let span = input.blocks.last().map_or(0, |l| l - base);
     let wide = span > u64::from(u32::MAX);
+    let mut parts: Vec<Vec<u8>> = Vec::with_capacity(PARTS);
     let mut o = Out::default();
-    o.u32(n as u32);
-    o.u32(rows.len() as u32);
-    o.u64(input.first_packet);
-    o.u64(base);
-    o.u32(if wide { 8 } else { 4 });
-    o.u32(0);
     for &(lo, hi) in &input.pages {
         o.u64(lo);
         o.u64(hi);
     }
+    parts.push(o.into_inner());
+    let mut o = Out::default();
     for &b in &input.blocks {
         if wide { o.u64(b - base) } else { o.u32((b - base) as u32) }
     }
-    o.align8();
-    write_table(&mut o, &rows);
-    o.align8();
-    write_key_seq(&mut o, &input.ids, 2 * rows.len(), GROUP);
-    for seq in [&input.flags, &input.lens] {
-        let wt = encode_sequence(seq);
-        o.u64(wt.len() as u64);
-        o.bytes(&wt);
+    parts.push(o.into_inner());
+    for i in 0..KEY_FIELDS.len() {
+        let mut o = Out::default();
+        write_column(&mut o, &rows, i);
+        parts.push(o.into_inner());
+    }
+    let mut o = Out::default();
+    write_flows(&mut o, &lanes, &class, n);
+    parts.push(o.into_inner());
+    parts.push(encode_sequence(&symbols));
+    parts.push(encode_sequence(&input.shapes));
+    debug_assert_eq!(parts.len(), PARTS);
+    let mut head = Out::default();
+    head.u32(n as u32);
+    head.u32(rows.len() as u32);
+    head.u64(input.first_packet);
+    head.u64(base);
+    head.u32(if wide { 8 } else { 4 });
+    head.u32(PARTS as u32);
+    let mut at = CHUNK_HEAD;
+    for p in &parts {
+        head.u32(at as u32);
+        head.u32(p.len() as u32);
+        head.u32(crc32(p));
+        head.u32(0);
+        at = (at + p.len()).next_multiple_of(8);
+    }
+    debug_assert_eq!(head.len(), CHUNK_HEAD);
+    let head_crc = crc32(head_bytes(&head));
+    let mut o = head;
+    for p in &parts {
+        o.bytes(p);
         o.align8();
     }
     Encoded {
         bytes: o.into_inner(),
+        head_crc,
         packets: n as u32,
         keys: input.keys.len() as u32,
         first_packet: input.first_packet,
         t_min: input.pages.iter().map(|p| p.0).min().unwrap_or(0),
         t_max: input.pages.iter().map(|p| p.1).max().unwrap_or(0),
     }
+}
+
+fn head_bytes(o: &Out) -> &[u8] {
+    o.as_slice()
 }
 
 /// Words per rank sample of the sequences' bit vectors: 16 keeps rank samples at 6.25% of the bits (the default
@@ -320,7 +364,7 @@ impl Sink {
         self.w.write_all(&e.bytes).map_err(|err| IndexError::io(&self.path, err))?;
         self.dir.u64(self.pos);
         self.dir.u64(e.bytes.len() as u64);
-        self.dir.u32(crc32(&e.bytes));
+        self.dir.u32(e.head_crc);
         self.dir.u32(e.packets);
         self.dir.u64(e.first_packet);
         self.dir.u64(e.t_min);
@@ -420,10 +464,9 @@ pub fn build(
                     }
                     Some(Ok(r)) => {
                         input.place(r.offset, r.ts_ns);
-                        let (k, flags, len) = facts_of_record(&r, opts.snap);
+                        let (k, shape) = facts_of_record(&r, opts.snap);
                         input.ids.push(int.id(&k));
-                        input.flags.push(flags);
-                        input.lens.push(len);
+                        input.shapes.push(shape);
                         end = r.offset + u64::from(r.record_len);
                         packets += 1;
                         if input.len() == chunk as usize {

@@ -6,17 +6,60 @@ use pcaptool_wavelet::Crc32;
 /// The first four bytes of an index.
 pub const MAGIC: [u8; 4] = *b"PTIX";
 /// The format version this crate writes and reads.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;
-/// Bytes of the trace's start and end whose checksums identify it.
-pub(crate) const IDENTITY_SPAN: u64 = 1 << 20;
+/// Bytes of the trace's start and end whose checksums identify it (with its length and modification time).
+pub(crate) const IDENTITY_SPAN: u64 = 1 << 16;
 
 /// CRC-32 (IEEE) of `bytes`.
 pub(crate) fn crc32(bytes: &[u8]) -> u32 {
     let mut c = Crc32::new();
     c.update(bytes);
     c.finish()
+}
+
+/// Damage found in an index: where (a byte offset in the index file) and what does not hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Damage {
+    pub offset: u64,
+    pub why: String,
+}
+
+impl Damage {
+    pub(crate) fn new(offset: u64, why: impl Into<String>) -> Damage {
+        Damage { offset, why: why.into() }
+    }
+}
+
+/// One checksummed part of a chunk: its bytes, where they are in the file, and their CRC-32, checked the first
+/// time the part is used (a query touches only the parts it needs, so it checks only those).
+#[derive(Debug)]
+pub(crate) struct Part<'a> {
+    bytes: &'a [u8],
+    offset: u64,
+    crc: u32,
+    checked: std::sync::OnceLock<bool>,
+}
+
+impl<'a> Part<'a> {
+    pub(crate) fn new(bytes: &'a [u8], offset: u64, crc: u32) -> Part<'a> {
+        Part { bytes, offset, crc, checked: std::sync::OnceLock::new() }
+    }
+
+    /// The part's bytes, once their checksum has been found right.
+    pub(crate) fn get(&self, what: &str) -> Result<&'a [u8], Damage> {
+        if *self.checked.get_or_init(|| crc32(self.bytes) == self.crc) {
+            Ok(self.bytes)
+        } else {
+            Err(Damage::new(self.offset, format!("{what} checksum mismatch")))
+        }
+    }
+
+    /// A failure to read the part's structure, at the part's offset.
+    pub(crate) fn damage(&self, what: &str, why: String) -> Damage {
+        Damage::new(self.offset, format!("{what}: {why}"))
+    }
 }
 
 /// A growable little-endian byte writer.
@@ -50,6 +93,9 @@ impl Out {
     }
     pub(crate) fn into_inner(self) -> Vec<u8> {
         self.0
+    }
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.0
     }
 }
 
@@ -313,18 +359,102 @@ impl<'a> Packed<'a> {
         (word >> shift) & (u64::MAX >> (64 - self.bits))
     }
 
-    /// Every value, in order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        (0..self.len).map(|i| self.get(i))
+    /// The values from `i` on, in order: one 8-byte load per value, no bounds check past the first.
+    pub(crate) fn iter_from(&self, i: usize) -> impl Iterator<Item = u64> + '_ {
+        let (bits, bytes) = (self.bits as usize, self.bytes);
+        let mask = if self.bits == 0 { 0 } else { u64::MAX >> (64 - self.bits) };
+        let from = i.min(self.len);
+        // Values whose 8-byte load stays inside the bytes; the last few (all of them for 0-bit values) go
+        // through `get`.
+        let fast_end = (bytes.len().saturating_sub(8) * 8).checked_div(bits).map_or(from, |e| e.min(self.len));
+        (from..fast_end.max(from))
+            .map(move |j| {
+                let bit = j * bits;
+                let w = &bytes[bit / 8..bit / 8 + 8];
+                (u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) >> (bit % 8)) & mask
+            })
+            .chain((fast_end.max(from)..self.len).map(move |j| self.get(j)))
     }
-}
-
-/// Unpacks `n` values of `bits` bits from `bytes` (see [`Packed`]).
-pub(crate) fn unpack(bytes: &[u8], bits: u32, n: usize) -> impl Iterator<Item = u64> + '_ {
-    (0..n).map(move |i| Packed::new(bytes, bits, n).get(i))
 }
 
 /// Bits needed to write every value up to `max`.
 pub(crate) fn bits_for(max: u64) -> u32 {
     64 - max.leading_zeros()
+}
+
+/// A set of small integers (keys of a chunk) as a bitset: eight times smaller than a `Vec<bool>`, which matters
+/// to a cold query (every fresh page of memory costs a page fault).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeySet {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl KeySet {
+    /// The empty set (`full`: every member) over `0..len`.
+    pub(crate) fn new(len: usize, full: bool) -> KeySet {
+        let mut words = vec![if full { u64::MAX } else { 0 }; len.div_ceil(64)];
+        if full
+            && !len.is_multiple_of(64)
+            && let Some(w) = words.last_mut()
+        {
+            *w = u64::MAX >> (64 - len % 64);
+        }
+        KeySet { words, len }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub(crate) fn contains(&self, i: usize) -> bool {
+        i < self.len && self.words[i / 64] >> (i % 64) & 1 == 1
+    }
+
+    #[inline]
+    pub(crate) fn insert(&mut self, i: usize) {
+        if i < self.len {
+            self.words[i / 64] |= 1 << (i % 64);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn remove(&mut self, i: usize) {
+        if i < self.len {
+            self.words[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
+    /// `self ∩ other` (`and`) or `self ∪ other`.
+    pub(crate) fn combine(&mut self, other: &KeySet, and: bool) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            if and { *a &= *b } else { *a |= *b }
+        }
+    }
+
+    /// `self \ other`.
+    pub(crate) fn subtract(&mut self, other: &KeySet) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a &= !*b;
+        }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The members, ascending.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(i, &w)| {
+            let mut x = w;
+            std::iter::from_fn(move || {
+                (x != 0).then(|| {
+                    let b = x.trailing_zeros() as usize;
+                    x &= x - 1;
+                    i * 64 + b
+                })
+            })
+        })
+    }
 }

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use pcaptool_packet::{Field, LinkType, Need, PcapWriter, Pred, Seeker, TsPrecision};
 
 use crate::format::{HEADER_LEN, crc32};
+use crate::select::{CHUNK_HEAD, PARTS};
 use crate::{BuildOptions, IndexFile, build};
 
 struct Fixture {
@@ -64,8 +65,8 @@ fn le64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Recomputes the chunk checksums the directory holds, the directory's and the header's (as far as the edited
-/// bytes still locate them).
+/// Recomputes the checksums of every chunk's parts and head (the directory holds the head's), the directory's and
+/// the header's (as far as the edited bytes still locate them).
 fn reseal(b: &mut [u8]) {
     let (Some(chunks), Some(dir_off), Some(dir_len)) = (le32(b, 56), le64(b, 60), le64(b, 68)) else { return };
     let (Ok(dir_off), Ok(dir_len)) = (usize::try_from(dir_off), usize::try_from(dir_len)) else { return };
@@ -81,8 +82,21 @@ fn reseal(b: &mut [u8]) {
         if e + 20 > dir_off + dir_len - 4 || off.checked_add(len).is_none_or(|end| end > b.len()) {
             break;
         }
-        let crc = crc32(&b[off..off + len]);
-        b[e + 16..e + 20].copy_from_slice(&crc.to_le_bytes());
+        // Every part's checksum (as far as the edited part table still locates them), then the head's.
+        if len >= CHUNK_HEAD {
+            for p in 0..PARTS {
+                let at = off + 32 + 16 * p;
+                let (Some(po), Some(pl)) = (le32(b, at), le32(b, at + 4)) else { break };
+                let (po, pl) = (po as usize, pl as usize);
+                if po.checked_add(pl).is_none_or(|end| end > len) {
+                    continue;
+                }
+                let crc = crc32(&b[off + po..off + po + pl]);
+                b[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+            }
+            let crc = crc32(&b[off..off + CHUNK_HEAD]);
+            b[e + 16..e + 20].copy_from_slice(&crc.to_le_bytes());
+        }
     }
     let crc = crc32(&b[dir_off..dir_off + dir_len - 4]);
     b[dir_off + dir_len - 4..dir_off + dir_len].copy_from_slice(&crc.to_le_bytes());
@@ -110,12 +124,12 @@ fn exercise(path: &Path, bytes: Vec<u8>, fx: &Fixture) {
     ];
     let Ok(seeker) = Seeker::new(&fx.trace_bytes, file.structure()) else { return };
     for need in &needs {
-        let sel = view.select(need);
-        let _ = view.bytes_to_read(&sel);
         let _ = view.count(need);
         if let Need::Pred(p) = need {
             let _ = view.estimate(p);
         }
+        let Ok(sel) = view.select(need) else { continue };
+        let _ = view.bytes_to_read(&sel);
         for (ci, positions) in &sel.chunks {
             let few = &positions[..positions.len().min(40)];
             let _ = view.read_packets(&fx.trace_bytes, &seeker, &fx.trace, *ci, few, &mut |_, _| Ok(()));

@@ -1,24 +1,25 @@
 //! A compressed sidecar index of a pcap or pcapng trace (after pcapWT: Kim et al., Computer Networks 2015), built
 //! without rewriting the trace, that answers conditions on header fields with rank/select instead of a scan.
 //!
-//! Per chunk of packets (1,048,576 by default) the index keeps:
-//! - a **key table**: every distinct combination of the header fields of [`KEY_FIELDS`] (Ethernet addresses,
-//!   VLAN id, IPv4/IPv6 addresses, protocol, ports: what stays the same along a flow), one row per flow (key
-//!   `2·row` one way, `2·row + 1` the other), column by column, each column a sorted dictionary (so prefixes and
-//!   ranges are dictionary ranges) and bit-packed codes;
-//! - the **key of every packet**, by groups of 4096 packets: each group lists its keys, and a wavelet tree holds
-//!   every packet's place in its group's list; and the **TCP flags and wire-length class of every packet**, two
-//!   more sequences in wavelet trees (`pcaptool-wavelet`): the packets whose symbols satisfy a condition come out
-//!   by `select`, their number by `rank`; a conjunction is driven by its most selective part and the rest checked
-//!   per candidate;
+//! Per chunk of packets (1,048,576 by default) the index keeps, each part with its own checksum:
+//! - a **key table**: one row per flow (both directions) over the header fields of [`KEY_FIELDS`] (Ethernet
+//!   addresses, VLAN id, IPv4/IPv6 addresses, protocol, ports: what stays the same along a flow; key `2·row` one
+//!   way, `2·row + 1` the other), column by column, each column a sorted dictionary (so prefixes and ranges are
+//!   dictionary ranges) and bit-packed codes;
+//! - the **lane of every packet**: flows are laid out in lanes, a lane holding one flow after another, so that a
+//!   packet's symbol `2·lane + direction` costs about as many bits as there are flows open at once; one wavelet tree
+//!   (`pcaptool-wavelet`) holds them, and per row the flow part keeps its lane and first packet, so a flow's
+//!   packets come out by `select` between its start and the next flow of its lane;
+//! - the **shape of every packet** (TCP flags and wire-length class) in a second wavelet tree; a conjunction is
+//!   driven by its most selective part and the rest checked per candidate;
 //! - the **earliest and latest timestamp of every page** of 1024 packets, for time windows;
 //! - the **offset of every block** of 64 records: a packet is read by walking at most 63 records from there.
 //!
-//! One sequence of key ids costs far less than one sequence per field (each wavelet tree costs at least a bit
-//! per packet, and the fields of a packet are strongly correlated); docs/BENCHMARKS.md has the measurements.
-//! The file format is in docs/format/index.md. Fields are read exactly as [`pcaptool_packet::PacketFields`]
-//! defines them, so that a [`Need`](pcaptool_packet::Need) derived from a filter selects a superset of its
-//! matches: the caller still runs the filter on every selected packet.
+//! A query checks and reads only the parts it needs: a needle query the columns of its fields, the flow part and
+//! the lane sequence. The file format is in docs/format/index.md, the measurements in docs/BENCHMARKS.md. Fields
+//! are read exactly as [`pcaptool_packet::PacketFields`] defines them, so that a
+//! [`Need`](pcaptool_packet::Need) derived from a filter selects a superset of its matches: the caller still runs
+//! the filter on every selected packet.
 //!
 //! ```no_run
 //! use std::path::Path;
@@ -30,7 +31,7 @@
 //! let file = IndexFile::open(&sidecar_path(trace))?;
 //! file.check_trace(trace, None, u32::MAX)?;
 //! let index = file.view()?;
-//! let sel = index.select(&Need::Pred(Pred::range(Field::DstPort, 53, 53)));
+//! let sel = index.select(&Need::Pred(Pred::range(Field::DstPort, 53, 53)))?;
 //! println!("{} candidate packets", sel.count());
 //! # Ok::<(), pcaptool_index::IndexError>(())
 //! ```
@@ -44,7 +45,7 @@ mod format;
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod keys;
-mod keyseq;
+mod lanes;
 mod select;
 
 use std::path::{Path, PathBuf};

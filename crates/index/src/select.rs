@@ -1,8 +1,13 @@
-//! Loading an index and answering field conditions with it: key tables say which keys may satisfy a condition,
-//! time pages which packets may be in a window, and the wavelet tree where those keys occur (rank/select).
+//! Loading an index and answering field conditions with it: key tables say which flows may satisfy a condition,
+//! the lane sequence where their packets are (rank/select), the shape sequence which packets have given TCP flags
+//! or lengths, time pages which packets may be in a window.
+//!
+//! Opening an index checks its header and directory; each chunk's parts are checked (checksum, structure) the
+//! first time a query uses them, so a query reads and checks only what it needs (a needle query: the columns of
+//! its fields, the flow part and the lane sequence of each chunk).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use pcaptool_packet::{Field, MappedFile, Need, PacketFields, Pred, Record, Seeker};
 use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RsBitVector, WaveletMatrix};
@@ -10,9 +15,9 @@ use rayon::prelude::*;
 
 use crate::IndexError;
 use crate::build::identity;
-use crate::format::{BLOCK, Cursor, HEADER_LEN, Header, HeaderError, PAGE, crc32};
+use crate::format::{BLOCK, Cursor, Damage, HEADER_LEN, Header, HeaderError, KeySet, PAGE, Part, crc32};
 use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class};
-use crate::keyseq::KeySeq;
+use crate::lanes::Flows;
 
 #[derive(Clone, Copy, Debug)]
 struct DirEntry {
@@ -41,7 +46,7 @@ impl Bytes {
     }
 }
 
-/// An index file read into memory, its header and directory checked.
+/// An index file mapped into memory, its header and directory checked.
 #[derive(Debug)]
 pub struct IndexFile {
     path: PathBuf,
@@ -52,8 +57,8 @@ pub struct IndexFile {
 }
 
 impl IndexFile {
-    /// Maps the index at `path` into memory and checks its header and directory (chunks are checked by
-    /// [`view`](Self::view)).
+    /// Maps the index at `path` into memory and checks its header and directory (chunks are checked as queries
+    /// use them).
     pub fn open(path: &Path) -> Result<IndexFile, IndexError> {
         let map = MappedFile::open(path).map_err(|e| IndexError::io(path, e))?;
         IndexFile::load(path, Bytes::Mapped(map))
@@ -189,17 +194,15 @@ impl IndexFile {
         Ok(())
     }
 
-    /// Checks every chunk (checksum and structure) and returns the queryable view.
+    /// The queryable view: every chunk's head checked against the directory; its parts are checked when first
+    /// used.
     pub fn view(&self) -> Result<IndexView<'_>, IndexError> {
         let chunks = self
             .dir
-            .par_iter()
+            .iter()
             .map(|e| {
                 let corrupt = |why: String| IndexError::Corrupt { path: self.path.clone(), offset: e.offset, why };
                 let b = &self.bytes.as_slice()[e.offset as usize..(e.offset + e.len) as usize];
-                if crc32(b) != e.crc {
-                    return Err(corrupt("chunk checksum mismatch".into()));
-                }
                 ChunkView::parse(b, e).map_err(|why| corrupt(format!("chunk of packet {}: {why}", e.first_packet)))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -284,8 +287,8 @@ impl<'a> Tree<'a> {
     }
 }
 
-/// One per-packet sequence of a chunk: its wavelet structure and, where the structure keeps them, the number of
-/// occurrences of every symbol (so that counting a set of symbols over the chunk is a sum).
+/// One per-packet sequence of a chunk: its wavelet structure and the number of occurrences of every symbol (so
+/// that counting a set of symbols over the chunk is a sum).
 #[derive(Debug)]
 struct Seq<'a> {
     tree: Tree<'a>,
@@ -316,7 +319,10 @@ impl<'a> Seq<'a> {
         if l == 0 && r == self.tree.len() {
             return truth.iter().zip(&self.counts).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
         }
-        members(truth).map(|s| self.count_between(s, l, r)).sum()
+        members(truth)
+            .filter(|&s| self.counts.get(s as usize).is_some_and(|&c| c > 0))
+            .map(|s| self.count_between(s, l, r))
+            .sum()
     }
 
     /// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them,
@@ -341,26 +347,73 @@ impl<'a> Seq<'a> {
     }
 }
 
+/// Flags codes: missing, unknown, and the 256 flag bytes.
+const FLAG_CODES: u32 = 2 + 256;
+/// Symbols of the shape sequence: `8·flags code + length class`.
+pub(crate) const SHAPES: usize = FLAG_CODES as usize * LEN_BOUNDS.len();
+
+/// The shape symbol of a packet: its TCP flags code and wire-length class.
+pub(crate) fn shape_of(flags: u32, class: u8) -> u32 {
+    flags * LEN_BOUNDS.len() as u32 + u32::from(class)
+}
+
+/// Parts of a chunk, in order: time pages, block offsets, the key table's columns, flows, lanes, shapes.
+pub(crate) const PARTS: usize = 2 + KEY_FIELDS.len() + 3;
+/// Bytes of a chunk's head: fixed fields, then the part table.
+pub(crate) const CHUNK_HEAD: usize = 32 + 16 * PARTS;
+
+/// A lazily read part: its bytes, checked and parsed the first time they are used.
+#[derive(Debug)]
+struct Lazy<'a, T> {
+    part: Part<'a>,
+    value: OnceLock<Result<T, Damage>>,
+}
+
+impl<'a, T> Lazy<'a, T> {
+    fn new(part: Part<'a>) -> Lazy<'a, T> {
+        Lazy { part, value: OnceLock::new() }
+    }
+
+    fn get(&self, what: &str, parse: impl FnOnce(&'a [u8]) -> Result<T, String>) -> Result<&T, Damage> {
+        self.value
+            .get_or_init(|| {
+                let b = self.part.get(what)?;
+                parse(b).map_err(|why| self.part.damage(what, why))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn loaded(&self) -> Option<&T> {
+        self.value.get().and_then(|r| r.as_ref().ok())
+    }
+}
+
 /// One chunk of an index.
 #[derive(Debug)]
 pub struct ChunkView<'a> {
     n: usize,
+    rows: usize,
     first_packet: u64,
     base: u64,
     wide: bool,
-    pages: &'a [u8],
-    blocks: &'a [u8],
+    pages: Lazy<'a, &'a [u8]>,
+    blocks: Lazy<'a, &'a [u8]>,
     keys: KeyTable<'a>,
-    /// Key id of every packet.
-    tree: KeySeq<'a>,
-    /// TCP flags code of every packet.
-    flags: Seq<'a>,
-    /// Wire-length class of every packet.
-    lens: Seq<'a>,
+    flows: Lazy<'a, Flows<'a>>,
+    /// `2·lane + direction` of every packet.
+    lanes: Lazy<'a, Tree<'a>>,
+    /// Shape (TCP flags code, wire-length class) of every packet.
+    shapes: Lazy<'a, Seq<'a>>,
     t_min: u64,
     t_max: u64,
     /// Key truth tables of recent predicates (planning and selecting ask for the same ones).
-    cache: Mutex<Vec<(Pred, Arc<Vec<bool>>)>>,
+    cache: Mutex<Vec<(Pred, Arc<KeySet>)>>,
+    /// Packets of every key in the chunk (for counts over many keys).
+    totals: OnceLock<Result<Vec<u32>, Damage>>,
+    /// `(position, key)` of the packets the last selection driven by keys found, by position: reading them
+    /// checks their keys without looking up flows by lane.
+    selected: Mutex<Arc<Vec<(u32, u32)>>>,
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -370,78 +423,177 @@ fn le64(b: &[u8], at: usize) -> u64 {
 }
 
 impl<'a> ChunkView<'a> {
+    /// Reads a chunk's head (its checksum is the directory's) and locates its parts.
     fn parse(b: &'a [u8], e: &DirEntry) -> Result<ChunkView<'a>, String> {
-        let mut c = Cursor::new(b);
+        let head = b.get(..CHUNK_HEAD).ok_or("the chunk is shorter than its head")?;
+        if crc32(head) != e.crc {
+            return Err("chunk head checksum mismatch".into());
+        }
+        let mut c = Cursor::new(head);
         let n = c.u32()? as usize;
         let rows = c.u32()? as usize;
         let first_packet = c.u64()?;
         let base = c.u64()?;
         let width = c.u32()?;
-        c.u32()?;
+        let parts = c.u32()? as usize;
         if n != e.packets as usize || first_packet != e.first_packet {
-            return Err("chunk header differs from the directory".into());
+            return Err("chunk head differs from the directory".into());
         }
         if width != 4 && width != 8 {
             return Err(format!("offset width {width}, expected 4 or 8"));
         }
-        let pages = c.bytes(n.div_ceil(PAGE) * 16)?;
-        let blocks = c.bytes(n.div_ceil(BLOCK) * width as usize)?;
-        c.align8()?;
-        let table = KeyTable::read(&mut c, rows)?;
-        c.align8()?;
+        if parts != PARTS {
+            return Err(format!("{parts} parts, expected {PARTS}"));
+        }
         if rows > n {
             return Err(format!("{rows} key table rows for {n} packets"));
         }
-        let key_seq = KeySeq::read(&mut c, n, table.len())?;
-        let mut tree = |what: &str, limit: usize| -> Result<Tree<'a>, String> {
-            let len = c.u64()? as usize;
-            let t = Tree::from_bytes(c.bytes(len)?).map_err(|e| format!("{what} wavelet tree: {e}"))?;
-            c.align8()?;
-            if t.len() != n {
-                return Err(format!("the {what} wavelet tree has {} symbols for {n} packets", t.len()));
+        let mut list = Vec::with_capacity(PARTS);
+        let mut next = CHUNK_HEAD;
+        for i in 0..PARTS {
+            let (off, len, crc) = (c.u32()? as usize, c.u32()? as usize, c.u32()?);
+            c.u32()?;
+            if off != next || off.checked_add(len).is_none_or(|end| end > b.len()) {
+                return Err(format!("part {i} at byte {off} ({len} bytes) does not follow the previous one"));
             }
-            // A matrix may hold symbols up to its width: each access is checked against the limit instead.
-            if matches!(t, Tree::Huffman(_)) && t.max_symbol() >= limit as u64 {
-                return Err(format!("{what} symbol {} is out of range (below {limit})", t.max_symbol()));
-            }
-            Ok(t)
-        };
-        let flags = tree("TCP flags", FLAG_CODES as usize)?;
-        let lens = tree("length class", LEN_BOUNDS.len())?;
-        if !c.is_empty() {
-            return Err(format!("{} bytes after the wavelet trees", b.len() - c.pos()));
+            next = (off + len).next_multiple_of(8);
+            list.push(Part::new(&b[off..off + len], e.offset + off as u64, crc));
         }
-        let v = ChunkView {
+        if next != b.len() {
+            return Err("the parts do not tile the chunk".into());
+        }
+        let mut it = list.into_iter();
+        let mut take = || it.next().expect("PARTS parts");
+        let pages = Lazy::new(take());
+        let blocks = Lazy::new(take());
+        let columns: Vec<Part<'a>> = (0..KEY_FIELDS.len()).map(|_| take()).collect();
+        let flows = Lazy::new(take());
+        let lanes = Lazy::new(take());
+        let shapes = Lazy::new(take());
+        Ok(ChunkView {
             n,
+            rows,
             first_packet,
             base,
             wide: width == 8,
             pages,
             blocks,
-            keys: table,
-            tree: key_seq,
-            flags: Seq::new(flags, FLAG_CODES as usize),
-            lens: Seq::new(lens, LEN_BOUNDS.len()),
-            cache: Mutex::new(Vec::new()),
+            keys: KeyTable::new(rows, columns),
+            flows,
+            lanes,
+            shapes,
             t_min: e.t_min,
             t_max: e.t_max,
-        };
-        for p in 0..v.pages() {
-            let (lo, hi) = v.page(p);
-            if lo > hi || lo < v.t_min || hi > v.t_max {
-                return Err(format!("time page {p} is outside the chunk's time range"));
-            }
-        }
-        Ok(v)
+            cache: Mutex::new(Vec::new()),
+            totals: OnceLock::new(),
+            selected: Mutex::new(Arc::new(Vec::new())),
+        })
     }
 
-    /// Whether packet `i` has the key, flags, length class and time the index gives it.
-    fn is_packet(&self, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> bool {
-        let (lo, hi) = self.page(i / PAGE);
-        self.keys.is_key_of(self.tree.access(i) as usize, fields)
-            && self.flags.access(i) == flags_code(fields)
-            && self.lens.access(i) == u32::from(len_class(wirelen))
-            && (lo..=hi).contains(&ts)
+    fn pages_part(&self) -> Result<&'a [u8], Damage> {
+        let (n, t_min, t_max) = (self.n, self.t_min, self.t_max);
+        self.pages
+            .get("time pages", |b| {
+                if b.len() != n.div_ceil(PAGE) * 16 {
+                    return Err(format!("{} bytes for {} pages", b.len(), n.div_ceil(PAGE)));
+                }
+                for p in 0..n.div_ceil(PAGE) {
+                    let (lo, hi) = (le64(b, p * 16), le64(b, p * 16 + 8));
+                    if lo > hi || lo < t_min || hi > t_max {
+                        return Err(format!("time page {p} is outside the chunk's time range"));
+                    }
+                }
+                Ok(b)
+            })
+            .copied()
+    }
+
+    fn blocks_part(&self) -> Result<&'a [u8], Damage> {
+        let want = self.n.div_ceil(BLOCK) * if self.wide { 8 } else { 4 };
+        self.blocks
+            .get(
+                "block offsets",
+                |b| {
+                    if b.len() == want { Ok(b) } else { Err(format!("{} bytes for {want}", b.len())) }
+                },
+            )
+            .copied()
+    }
+
+    fn flows(&self) -> Result<&Flows<'a>, Damage> {
+        let (n, rows) = (self.n, self.rows);
+        self.flows.get("flows", |b| Flows::read(b, n, rows))
+    }
+
+    fn lanes(&self) -> Result<&Tree<'a>, Damage> {
+        let n = self.n;
+        let flows = self.flows()?;
+        let limit = 2 * u64::from(flows.lanes());
+        self.lanes.get("lane sequence", |b| {
+            let t = Tree::from_bytes(b).map_err(|e| e.to_string())?;
+            if t.len() != n {
+                return Err(format!("{} symbols for {n} packets", t.len()));
+            }
+            // A matrix may hold symbols up to its width: each symbol read is checked against the lanes instead.
+            if matches!(t, Tree::Huffman(_)) && n > 0 && t.max_symbol() >= limit {
+                return Err(format!("symbol {} is past the {} lanes", t.max_symbol(), limit / 2));
+            }
+            Ok(t)
+        })
+    }
+
+    fn shapes(&self) -> Result<&Seq<'a>, Damage> {
+        let n = self.n;
+        self.shapes.get("shape sequence", |b| {
+            let t = Tree::from_bytes(b).map_err(|e| e.to_string())?;
+            if t.len() != n {
+                return Err(format!("{} symbols for {n} packets", t.len()));
+            }
+            if matches!(t, Tree::Huffman(_)) && n > 0 && t.max_symbol() >= SHAPES as u64 {
+                return Err(format!("symbol {} is out of range (below {SHAPES})", t.max_symbol()));
+            }
+            Ok(Seq::new(t, SHAPES))
+        })
+    }
+
+    /// Checks every part of the chunk (for callers that want a whole index checked at once).
+    fn check(&self) -> Result<(), Damage> {
+        self.pages_part()?;
+        self.blocks_part()?;
+        self.keys.check()?;
+        self.flows()?;
+        self.lanes()?;
+        self.shapes()?;
+        Ok(())
+    }
+
+    /// The key (`2·row + direction`) of packet `i` (`None`: a damaged lane sequence names no flow).
+    fn key_of_packet(&self, i: usize) -> Result<Option<usize>, Damage> {
+        let selected = self.selected.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Ok(k) = selected.binary_search_by_key(&(i as u32), |p| p.0) {
+            return Ok(Some(selected[k].1 as usize));
+        }
+        let flows = self.flows()?;
+        let sym = self.lanes()?.access(i);
+        let (lane, dir) = (sym / 2, sym as usize % 2);
+        Ok(flows.row_at(lane, i).map(|r| 2 * r + dir))
+    }
+
+    /// Whether packet `i` has the key and time the index gives it (and its TCP flags and length class, if the
+    /// shape sequence is loaded).
+    fn is_packet(&self, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> Result<bool, Damage> {
+        let (lo, hi) = self.page(i / PAGE)?;
+        if !(lo..=hi).contains(&ts) {
+            return Ok(false);
+        }
+        let Some(k) = self.key_of_packet(i)? else { return Ok(false) };
+        if !self.keys.is_key_of(k, fields)? {
+            return Ok(false);
+        }
+        if let Some(shapes) = self.shapes.loaded() {
+            return Ok(shapes.access(i) == shape_of(flags_code(fields), len_class(wirelen)));
+        }
+        Ok(true)
     }
 
     /// Packets in the chunk.
@@ -468,78 +620,215 @@ impl<'a> ChunkView<'a> {
         self.n.div_ceil(PAGE)
     }
 
-    fn page(&self, p: usize) -> (u64, u64) {
-        (le64(self.pages, p * 16), le64(self.pages, p * 16 + 8))
+    fn page(&self, p: usize) -> Result<(u64, u64), Damage> {
+        let b = self.pages_part()?;
+        Ok((le64(b, p * 16), le64(b, p * 16 + 8)))
     }
 
     /// Stream offset of the first record of block `b`.
-    fn block_offset(&self, b: usize) -> u64 {
-        if self.wide {
-            self.base + le64(self.blocks, b * 8)
+    fn block_offset(&self, b: usize) -> Result<u64, Damage> {
+        let bytes = self.blocks_part()?;
+        Ok(if self.wide {
+            self.base + le64(bytes, b * 8)
         } else {
             let o = b * 4;
-            self.base
-                + u64::from(u32::from_le_bytes([
-                    self.blocks[o],
-                    self.blocks[o + 1],
-                    self.blocks[o + 2],
-                    self.blocks[o + 3],
-                ]))
-        }
+            self.base + u64::from(u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]))
+        })
     }
 
     /// Which keys may satisfy `p`, remembered for the next asks.
-    fn key_truth(&self, p: &Pred) -> Arc<Vec<bool>> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, t)) = cache.iter().find(|(q, _)| q == p) {
-            return t.clone();
+    fn key_truth(&self, p: &Pred) -> Result<Arc<KeySet>, Damage> {
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, t)) = cache.iter().find(|(q, _)| q == p) {
+                return Ok(t.clone());
+            }
         }
-        let t = Arc::new(self.keys.eval(p));
+        let t = Arc::new(self.keys.eval(p)?);
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= 64 {
             cache.remove(0);
         }
         cache.push((*p, t.clone()));
-        t
+        Ok(t)
     }
 
-    /// `need` prepared for this chunk: truth tables per key, flags code and length class; time predicates by
-    /// their index in `time_preds`.
-    fn prepare(&self, need: &Need, time_preds: &[Pred]) -> Prep {
-        match need {
+    /// `need` prepared for this chunk: truth tables per key and per shape; time predicates by their index in
+    /// `time_preds`.
+    fn prepare(&self, need: &Need, time_preds: &[Pred]) -> Result<Prep, Damage> {
+        self.prepare_in(need, time_preds, None)
+    }
+
+    /// [`prepare`](Self::prepare) where only the keys of `domain` matter: the caller combines the result with
+    /// `domain` by `and`, so a key condition need only be right on `domain`. Conjunctions narrow the domain as
+    /// they go, so that after a needle (`host X`) the broad conditions beside it (`tcp`, `port 443`) are checked on
+    /// its few keys instead of scanning their columns.
+    fn prepare_in(&self, need: &Need, time_preds: &[Pred], domain: Option<&KeySet>) -> Result<Prep, Damage> {
+        Ok(match need {
             Need::All => Prep::All,
             Need::Pred(p) => match p.field {
                 Field::Time => Prep::Time(time_preds.iter().position(|t| t == p).unwrap_or(usize::MAX)),
-                Field::TcpFlags => Prep::Flags((0..FLAG_CODES).map(|c| code_may(c, p)).collect()),
-                Field::WireLen => Prep::Lens((0..LEN_BOUNDS.len() as u32).map(|c| class_may(c, p)).collect()),
-                f if KEY_FIELDS.contains(&f) => Prep::Keys(self.key_truth(p)),
+                Field::TcpFlags => Prep::Shapes(Arc::new((0..SHAPES as u32).map(|s| code_may(s / 8, p)).collect())),
+                Field::WireLen => Prep::Shapes(Arc::new((0..SHAPES as u32).map(|s| class_may(s % 8, p)).collect())),
+                f if KEY_FIELDS.contains(&f) => match domain {
+                    Some(d) if d.count().saturating_mul(16) < self.keys.len() => {
+                        Prep::Keys(Arc::new(self.keys.eval_in(p, d)?))
+                    }
+                    _ => Prep::Keys(self.key_truth(p)?),
+                },
                 _ => Prep::All,
             },
-            Need::And(v) => fold(v.iter().map(|n| self.prepare(n, time_preds)).collect(), true),
-            Need::Or(v) => fold(v.iter().map(|n| self.prepare(n, time_preds)).collect(), false),
+            Need::And(v) => {
+                let mut parts = Vec::with_capacity(v.len());
+                let mut narrowed: Option<KeySet> = domain.cloned();
+                for n in v {
+                    let p = self.prepare_in(n, time_preds, narrowed.as_ref())?;
+                    if let Prep::Keys(t) = &p {
+                        match &mut narrowed {
+                            Some(d) => d.combine(t, true),
+                            None => narrowed = Some((**t).clone()),
+                        }
+                    }
+                    parts.push(p);
+                }
+                fold(parts, true)
+            }
+            Need::Or(v) => {
+                fold(v.iter().map(|n| self.prepare_in(n, time_preds, domain)).collect::<Result<_, _>>()?, false)
+            }
+        })
+    }
+
+    /// The flows of the keys `truth` accepts: `(key, lane symbol, start, end)`.
+    fn key_spans(&self, truth: &KeySet) -> Result<Vec<(usize, u32, usize, usize)>, Damage> {
+        let flows = self.flows()?;
+        if truth.count() > 64 {
+            flows.index_lanes();
         }
+        Ok(truth
+            .iter()
+            .filter_map(|k| {
+                let row = k / 2;
+                let lane = flows.lane(row);
+                (lane != u32::MAX && row < flows.rows())
+                    .then(|| (k, 2 * lane + (k % 2) as u32, flows.start(row), flows.end(row)))
+            })
+            .collect())
+    }
+
+    /// Packets of every key, over the whole chunk: per lane and direction one rank at each flow's start (a flow
+    /// ends where the next of its lane starts).
+    fn totals(&self) -> Result<&[u32], Damage> {
+        self.totals
+            .get_or_init(|| {
+                let (lanes, flows) = (self.lanes()?, self.flows()?);
+                let mut t = vec![0u32; self.keys.len()];
+                for lane in 0..flows.lanes() {
+                    let (rows, starts) = flows.lane_rows(lane);
+                    for d in 0..2 {
+                        let sym = 2 * lane + d;
+                        let mut prev = lanes.rank(sym, starts.first().map_or(self.n, |&s| s as usize));
+                        for (j, &row) in rows.iter().enumerate() {
+                            let end = starts.get(j + 1).map_or(self.n, |&s| s as usize);
+                            let next = lanes.rank(sym, end);
+                            if let Some(x) = t.get_mut(2 * row as usize + d as usize) {
+                                *x = next.saturating_sub(prev) as u32;
+                            }
+                            prev = next;
+                        }
+                    }
+                }
+                Ok(t)
+            })
+            .as_ref()
+            .map(|v| v.as_slice())
+            .map_err(Clone::clone)
+    }
+
+    /// Packets in `[l, r)` whose key `truth` accepts.
+    fn key_count(&self, truth: &KeySet, l: usize, r: usize) -> Result<usize, Damage> {
+        if l == 0 && r == self.n && truth.count() > 64 {
+            let t = self.totals()?;
+            return Ok(truth.iter().map(|k| t.get(k).copied().unwrap_or(0) as usize).sum());
+        }
+        let lanes = self.lanes()?;
+        let mut total = 0;
+        for (_, sym, s, e) in self.key_spans(truth)? {
+            let (a, b) = (s.max(l), e.min(r));
+            if a < b {
+                total += lanes.rank(sym, b) - lanes.rank(sym, a);
+            }
+        }
+        Ok(total)
+    }
+
+    /// Appends the packets in `[l, r)` whose key `truth` accepts, ascending; with `keys`, also each one's key.
+    fn key_positions(
+        &self,
+        truth: &KeySet,
+        l: usize,
+        r: usize,
+        out: &mut Vec<u32>,
+        mut keys: Option<&mut Vec<u32>>,
+    ) -> Result<(), Damage> {
+        let lanes = self.lanes()?;
+        let start = out.len();
+        let mut runs = 0;
+        for (k, sym, s, e) in self.key_spans(truth)? {
+            let (a, b) = (s.max(l), e.min(r));
+            if a < b {
+                let before = out.len();
+                out.extend(lanes.positions(sym, a, b).map(|i| i as u32));
+                if let Some(keys) = keys.as_deref_mut() {
+                    keys.resize(out.len(), k as u32);
+                }
+                runs += usize::from(out.len() > before);
+            }
+        }
+        if runs > 1 {
+            match keys {
+                Some(keys) => {
+                    let mut pairs: Vec<(u32, u32)> =
+                        out[start..].iter().copied().zip(keys[start..].iter().copied()).collect();
+                    pairs.sort_unstable();
+                    for (j, (p, k)) in pairs.into_iter().enumerate() {
+                        out[start + j] = p;
+                        keys[start + j] = k;
+                    }
+                }
+                None => out[start..].sort_unstable(),
+            }
+        }
+        Ok(())
     }
 
     /// An upper bound of the packets of `[l, r)` that may satisfy `prep` (rank counts; `truth` answers time).
-    fn estimate_in(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> usize {
-        match prep {
+    fn estimate_in(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> Result<usize, Damage> {
+        Ok(match prep {
             Prep::All => r - l,
             Prep::Time(i) => truth.get(*i).is_none_or(|t| *t) as usize * (r - l),
-            Prep::Keys(t) => self.tree.count_in(t, l, r),
-            Prep::Flags(t) => self.flags.count_in(t, l, r),
-            Prep::Lens(t) => self.lens.count_in(t, l, r),
-            Prep::And(v) => v.iter().map(|p| self.estimate_in(p, l, r, truth)).min().unwrap_or(r - l),
-            Prep::Or(v) => v.iter().map(|p| self.estimate_in(p, l, r, truth)).sum::<usize>().min(r - l),
-        }
+            Prep::Keys(t) => self.key_count(t, l, r)?,
+            Prep::Shapes(t) => self.shapes()?.count_in(t, l, r),
+            Prep::And(v) => {
+                let mut best = r - l;
+                for p in v {
+                    best = best.min(self.estimate_in(p, l, r, truth)?);
+                }
+                best
+            }
+            Prep::Or(v) => {
+                let mut sum = 0usize;
+                for p in v {
+                    sum = sum.saturating_add(self.estimate_in(p, l, r, truth)?);
+                }
+                sum.min(r - l)
+            }
+        })
     }
 
     /// A superset of the packets of `[l, r)` satisfying `prep`, ascending (`None`: all of them).
-    fn drive(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> Option<Vec<u32>> {
-        let from = |seq: &Seq<'_>, t: &[bool]| {
-            let mut out = Vec::new();
-            seq.positions(t, l, r, &mut out);
-            Some(out)
-        };
-        match prep {
+    fn drive(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> Result<Option<Vec<u32>>, Damage> {
+        Ok(match prep {
             Prep::All => None,
             Prep::Time(i) => {
                 if truth.get(*i).is_none_or(|t| *t) {
@@ -550,85 +839,151 @@ impl<'a> ChunkView<'a> {
             }
             Prep::Keys(t) => {
                 let mut out = Vec::new();
-                self.tree.positions(t, l, r, &mut out);
+                self.key_positions(t, l, r, &mut out, None)?;
                 Some(out)
             }
-            Prep::Flags(t) => from(&self.flags, t),
-            Prep::Lens(t) => from(&self.lens, t),
+            Prep::Shapes(t) => {
+                let mut out = Vec::new();
+                self.shapes()?.positions(t, l, r, &mut out);
+                Some(out)
+            }
             Prep::And(v) => {
-                let best = v.iter().min_by_key(|p| self.estimate_in(p, l, r, truth))?;
-                self.drive(best, l, r, truth)
+                let mut best: Option<(usize, &Prep)> = None;
+                for p in v {
+                    let e = self.estimate_in(p, l, r, truth)?;
+                    if best.is_none_or(|b| e < b.0) {
+                        best = Some((e, p));
+                    }
+                }
+                match best {
+                    Some((_, p)) => self.drive(p, l, r, truth)?,
+                    None => None,
+                }
             }
             Prep::Or(v) => {
                 let mut out = Vec::new();
                 for p in v {
-                    out.extend(self.drive(p, l, r, truth)?);
+                    match self.drive(p, l, r, truth)? {
+                        Some(x) => out.extend(x),
+                        None => return Ok(None),
+                    }
                 }
                 out.sort_unstable();
                 out.dedup();
                 Some(out)
             }
-        }
+        })
     }
 
     /// Whether packet `i` may satisfy `prep` (`truth` answers time predicates for its page).
-    fn may(&self, prep: &Prep, i: usize, truth: &[bool], key: &mut Option<u32>) -> bool {
-        match prep {
+    fn may(&self, prep: &Prep, i: usize, truth: &[bool], key: &mut Option<Option<usize>>) -> Result<bool, Damage> {
+        Ok(match prep {
             Prep::All => true,
             Prep::Time(t) => truth.get(*t).is_none_or(|t| *t),
-            // A key id past the table (only a damaged matrix could hold one) selects the packet: it is read and
-            // then refused as not the packet the index describes.
-            Prep::Keys(t) => t.get(*key.get_or_insert_with(|| self.tree.access(i)) as usize).copied().unwrap_or(true),
-            Prep::Flags(t) => t.get(self.flags.access(i) as usize).copied().unwrap_or(false),
-            Prep::Lens(t) => t.get(self.lens.access(i) as usize).copied().unwrap_or(false),
-            Prep::And(v) => v.iter().all(|p| self.may(p, i, truth, key)),
-            Prep::Or(v) => v.iter().any(|p| self.may(p, i, truth, key)),
-        }
+            // A packet whose lane names no flow (only a damaged sequence has one) may match: it is read and then
+            // refused as not the packet the index describes.
+            Prep::Keys(t) => {
+                let k = match key {
+                    Some(k) => *k,
+                    None => *key.insert(self.key_of_packet(i)?),
+                };
+                k.is_none_or(|k| k >= t.len() || t.contains(k))
+            }
+            Prep::Shapes(t) => t.get(self.shapes()?.access(i) as usize).copied().unwrap_or(false),
+            Prep::And(v) => {
+                for p in v {
+                    if !self.may(p, i, truth, key)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Prep::Or(v) => {
+                for p in v {
+                    if self.may(p, i, truth, key)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+        })
     }
 
-    /// The packets (indexes in the chunk, ascending) that may satisfy `need`.
-    fn select(&self, need: &Need, time_preds: &[Pred]) -> Vec<u32> {
-        let prep = self.prepare(need, time_preds);
-        let leaf = !matches!(prep, Prep::And(_) | Prep::Or(_));
-        let overlaps = page_may;
-        // Pages with the same answers to the time predicates form ranges, each selected at once.
+    /// Ranges of pages with the same answers to the time predicates: `(first packet, end, answers)`.
+    fn page_ranges(&self, time_preds: &[Pred]) -> Result<Vec<(usize, usize, Vec<bool>)>, Damage> {
+        if time_preds.is_empty() {
+            return Ok(vec![(0, self.n, Vec::new())]);
+        }
         let mut out = Vec::new();
         let mut p = 0;
         while p < self.pages() {
-            let truth: Vec<bool> = time_preds.iter().map(|t| overlaps(self.page(p), t)).collect();
+            let truth: Vec<bool> = {
+                let pg = self.page(p)?;
+                time_preds.iter().map(|t| page_may(pg, t)).collect()
+            };
             let mut q = p + 1;
-            while q < self.pages() && time_preds.iter().map(|t| overlaps(self.page(q), t)).eq(truth.iter().copied()) {
+            while q < self.pages() {
+                let pg = self.page(q)?;
+                if !time_preds.iter().map(|t| page_may(pg, t)).eq(truth.iter().copied()) {
+                    break;
+                }
                 q += 1;
             }
-            let (l, r) = (p * PAGE, (q * PAGE).min(self.n));
-            match self.drive(&prep, l, r, &truth) {
-                Some(v) if leaf => out.extend(v),
-                Some(v) => out.extend(v.into_iter().filter(|&i| self.may(&prep, i as usize, &truth, &mut None))),
-                None => out.extend((l..r).filter(|&i| self.may(&prep, i, &truth, &mut None)).map(|i| i as u32)),
-            }
+            out.push((p * PAGE, (q * PAGE).min(self.n), truth));
             p = q;
         }
-        out
+        Ok(out)
+    }
+
+    /// The packets (indexes in the chunk, ascending) that may satisfy `need`.
+    fn select(&self, need: &Need, time_preds: &[Pred]) -> Result<Vec<u32>, Damage> {
+        let prep = self.prepare(need, time_preds)?;
+        let leaf = !matches!(prep, Prep::And(_) | Prep::Or(_));
+        let mut out = Vec::new();
+        if let Prep::Keys(t) = &prep
+            && time_preds.is_empty()
+        {
+            // Driven by keys alone: remember each packet's key for reading it.
+            let mut keys = Vec::new();
+            self.key_positions(t, 0, self.n, &mut out, Some(&mut keys))?;
+            let pairs: Vec<(u32, u32)> = out.iter().copied().zip(keys).collect();
+            *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(pairs);
+            return Ok(out);
+        }
+        for (l, r, truth) in self.page_ranges(time_preds)? {
+            match self.drive(&prep, l, r, &truth)? {
+                Some(v) if leaf => out.extend(v),
+                Some(v) => {
+                    for i in v {
+                        if self.may(&prep, i as usize, &truth, &mut None)? {
+                            out.push(i);
+                        }
+                    }
+                }
+                None => {
+                    for i in l..r {
+                        if self.may(&prep, i, &truth, &mut None)? {
+                            out.push(i as u32);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The key-level truth of `prep`, when it reads key fields only.
-    fn key_level(&self, prep: &Prep) -> Option<Vec<bool>> {
+    fn key_level(&self, prep: &Prep) -> Option<KeySet> {
         let n = self.keys.len();
         Some(match prep {
-            Prep::All => vec![true; n],
-            Prep::Keys(t) => t.to_vec(),
-            Prep::Flags(_) | Prep::Lens(_) | Prep::Time(_) => return None,
-            Prep::And(v) => {
-                let mut acc = vec![true; n];
+            Prep::All => KeySet::new(n, true),
+            Prep::Keys(t) => (**t).clone(),
+            Prep::Shapes(_) | Prep::Time(_) => return None,
+            Prep::And(v) | Prep::Or(v) => {
+                let and = matches!(prep, Prep::And(_));
+                let mut acc = KeySet::new(n, and);
                 for p in v {
-                    acc.iter_mut().zip(self.key_level(p)?).for_each(|(a, b)| *a &= b);
-                }
-                acc
-            }
-            Prep::Or(v) => {
-                let mut acc = vec![false; n];
-                for p in v {
-                    acc.iter_mut().zip(self.key_level(p)?).for_each(|(a, b)| *a |= b);
+                    acc.combine(&self.key_level(p)?, and);
                 }
                 acc
             }
@@ -637,9 +992,9 @@ impl<'a> ChunkView<'a> {
 
     /// Packets known from the index to satisfy `need` (an exact condition), and the candidates whose fields the
     /// index does not know, to be read.
-    fn count(&self, need: &Need, time_preds: &[Pred]) -> (u64, Vec<u32>) {
+    fn count(&self, need: &Need, time_preds: &[Pred]) -> Result<(u64, Vec<u32>), Damage> {
         // Keys whose fields the condition reads are all known.
-        let mut known = vec![true; self.keys.len()];
+        let mut known = KeySet::new(self.keys.len(), true);
         let mut fields = Vec::new();
         need.any_pred(&mut |p| {
             if KEY_FIELDS.contains(&p.field) && !fields.contains(&p.field) {
@@ -648,17 +1003,19 @@ impl<'a> ChunkView<'a> {
             false
         });
         for f in fields {
-            known.iter_mut().zip(self.keys.known(f)).for_each(|(a, b)| *a &= b);
+            known.combine(&self.keys.known(f)?, true);
         }
-        let prep = self.prepare(need, time_preds);
+        let prep = self.prepare(need, time_preds)?;
         if let Some(may) = self.key_level(&prep) {
-            let sure: Vec<bool> = may.iter().zip(&known).map(|(m, k)| *m && *k).collect();
-            let unsure: Vec<bool> = may.iter().zip(&known).map(|(m, k)| *m && !*k).collect();
+            let mut sure = may.clone();
+            sure.combine(&known, true);
+            let mut unsure = may;
+            unsure.subtract(&known);
             let mut maybe = Vec::new();
-            self.tree.positions(&unsure, 0, self.n, &mut maybe);
-            return (self.tree.count_sure(&sure, 0, self.n) as u64, maybe);
+            self.key_positions(&unsure, 0, self.n, &mut maybe, None)?;
+            return Ok((self.key_count(&sure, 0, self.n)? as u64, maybe));
         }
-        // Mixed conditions: decide each candidate from its key, flags, length class and page.
+        // Mixed conditions: decide each candidate from its key, shape and page.
         let mut lens_preds = Vec::new();
         need.any_pred(&mut |p| {
             if p.field == Field::WireLen {
@@ -667,33 +1024,48 @@ impl<'a> ChunkView<'a> {
             false
         });
         let reads_flags = need.any_pred(&mut |p| p.field == Field::TcpFlags);
-        let decided_page = |pg: usize| {
-            let (lo, hi) = self.page(pg);
-            time_preds.iter().all(|p| {
-                let (lo, hi) = (u128::from(lo), u128::from(hi));
-                p.mask == u128::MAX && ((p.lo <= lo && hi <= p.hi) || hi < p.lo || p.hi < lo)
-            })
+        let decided_page = |pg: (u64, u64)| {
+            let (lo, hi) = (u128::from(pg.0), u128::from(pg.1));
+            time_preds.iter().all(|p| p.mask == u128::MAX && ((p.lo <= lo && hi <= p.hi) || hi < p.lo || p.hi < lo))
         };
         let (mut sure, mut maybe) = (0u64, Vec::new());
-        for i in self.select(need, time_preds) {
+        let candidates = self.select(need, time_preds)?;
+        let shapes = if reads_flags || !lens_preds.is_empty() { Some(self.shapes()?) } else { None };
+        for i in candidates {
             let i_us = i as usize;
-            let ok = known.get(self.tree.access(i_us) as usize).copied().unwrap_or(false)
-                && (!reads_flags || self.flags.access(i_us) != 1)
-                && lens_preds.iter().all(|p| class_decided(self.lens.access(i_us), p))
-                && decided_page(i_us / PAGE);
+            let key_known = self.key_of_packet(i_us)?.is_some_and(|k| known.contains(k));
+            let shape = shapes.map(|s| s.access(i_us));
+            let ok = key_known
+                && (!reads_flags || shape.is_some_and(|s| s / 8 != 1))
+                && lens_preds.iter().all(|p| shape.is_some_and(|s| class_decided(s % 8, p)))
+                && decided_page(self.page(i_us / PAGE)?);
             if ok { sure += 1 } else { maybe.push(i) }
         }
-        (sure, maybe)
+        Ok((sure, maybe))
+    }
+
+    /// Packets of the chunk that may satisfy `need` as a whole (for planning): key predicates merged as selecting
+    /// merges them, time predicates answered by pages.
+    fn estimate_need(&self, need: &Need, time_preds: &[Pred]) -> Result<u64, Damage> {
+        let prep = self.prepare(need, time_preds)?;
+        let mut total = 0u64;
+        for (l, r, truth) in self.page_ranges(time_preds)? {
+            total += self.estimate_in(&prep, l, r, &truth)? as u64;
+        }
+        Ok(total)
     }
 
     /// Packets of the chunk that may satisfy `pred` (for planning).
-    fn estimate(&self, pred: &Pred) -> u64 {
+    fn estimate(&self, pred: &Pred) -> Result<u64, Damage> {
         if pred.field == Field::Time {
-            let hit = (0..self.pages()).filter(|&p| page_may(self.page(p), pred)).count();
-            return (hit * PAGE).min(self.n) as u64;
+            let mut hit = 0;
+            for p in 0..self.pages() {
+                hit += usize::from(page_may(self.page(p)?, pred));
+            }
+            return Ok((hit * PAGE).min(self.n) as u64);
         }
-        let prep = self.prepare(&Need::Pred(*pred), &[]);
-        self.estimate_in(&prep, 0, self.n, &[]) as u64
+        let prep = self.prepare(&Need::Pred(*pred), &[])?;
+        Ok(self.estimate_in(&prep, 0, self.n, &[])? as u64)
     }
 }
 
@@ -702,19 +1074,14 @@ fn page_may((lo, hi): (u64, u64), p: &Pred) -> bool {
     p.mask != u128::MAX || (u128::from(lo) <= p.hi && p.lo <= u128::from(hi))
 }
 
-/// Flags codes: missing, unknown, and the 256 flag bytes.
-const FLAG_CODES: u32 = 2 + 256;
-
 /// A condition prepared for one chunk.
 #[derive(Debug)]
 enum Prep {
     All,
     /// Truth per key id.
-    Keys(Arc<Vec<bool>>),
-    /// Truth per TCP flags code.
-    Flags(Vec<bool>),
-    /// Truth per wire-length class.
-    Lens(Vec<bool>),
+    Keys(Arc<KeySet>),
+    /// Truth per shape symbol.
+    Shapes(Arc<Vec<bool>>),
     /// The time predicate with this index.
     Time(usize),
     And(Vec<Prep>),
@@ -722,21 +1089,30 @@ enum Prep {
 }
 
 /// A conjunction (`and`) or disjunction of prepared conditions, with its key conditions merged into one truth
-/// table (a packet's key satisfies them all, or one of them, exactly when it satisfies the merged one), so that
-/// the key sequence is walked once instead of once per field (`host X` is four key conditions).
+/// table and its shape conditions into another (a packet's key satisfies them all, or one of them, exactly when
+/// it satisfies the merged one), so that each sequence is walked once instead of once per field (`host X` is four
+/// key conditions).
 fn fold(parts: Vec<Prep>, and: bool) -> Prep {
-    let mut merged: Option<Vec<bool>> = None;
+    let mut keys: Option<KeySet> = None;
+    let mut shapes: Option<Vec<bool>> = None;
     let mut rest = Vec::new();
     for p in parts {
         match p {
-            Prep::Keys(t) => match &mut merged {
-                None => merged = Some(t.to_vec()),
+            Prep::Keys(t) => match &mut keys {
+                None => keys = Some((*t).clone()),
+                Some(m) => m.combine(&t, and),
+            },
+            Prep::Shapes(t) => match &mut shapes {
+                None => shapes = Some(t.to_vec()),
                 Some(m) => m.iter_mut().zip(t.iter()).for_each(|(a, b)| if and { *a &= *b } else { *a |= *b }),
             },
             p => rest.push(p),
         }
     }
-    if let Some(m) = merged {
+    if let Some(m) = shapes {
+        rest.insert(0, Prep::Shapes(Arc::new(m)));
+    }
+    if let Some(m) = keys {
         rest.insert(0, Prep::Keys(Arc::new(m)));
     }
     match (rest.len(), and) {
@@ -765,7 +1141,7 @@ impl Selection {
     }
 }
 
-/// A checked index, ready to answer conditions.
+/// An index ready to answer conditions; its chunks' parts are checked as they are used.
 #[derive(Debug)]
 pub struct IndexView<'a> {
     file: &'a IndexFile,
@@ -796,88 +1172,107 @@ impl<'a> IndexView<'a> {
         &self.chunks
     }
 
+    fn corrupt(&self, d: Damage) -> IndexError {
+        IndexError::Corrupt { path: self.file.path.clone(), offset: d.offset, why: d.why }
+    }
+
+    /// Checks every part of every chunk (checksums and structure), in parallel.
+    pub fn check(&self) -> Result<(), IndexError> {
+        self.chunks.par_iter().try_for_each(|c| c.check().map_err(|d| self.corrupt(d)))
+    }
+
     /// Whether the index answers predicates on `field`.
     pub fn has_field(&self, field: Field) -> bool {
         KEY_FIELDS.contains(&field) || matches!(field, Field::TcpFlags | Field::WireLen | Field::Time)
     }
 
-    /// Packets that may satisfy `pred`, from the key tables' counts and the time pages.
-    pub fn estimate(&self, pred: &Pred) -> u64 {
-        self.chunks.par_iter().map(|c| c.estimate(pred)).sum()
+    /// Packets that may satisfy `pred`, from the key tables, the sequences' counts and the time pages.
+    pub fn estimate(&self, pred: &Pred) -> Result<u64, IndexError> {
+        self.chunks.par_iter().map(|c| c.estimate(pred).map_err(|d| self.corrupt(d))).sum()
+    }
+
+    /// Packets that may satisfy `need` as a whole (an upper bound: what [`select`](Self::select) would select,
+    /// before the per-candidate checks of a mixed condition).
+    pub fn estimate_need(&self, need: &Need) -> Result<u64, IndexError> {
+        let mut tp = Vec::new();
+        time_preds(need, &mut tp);
+        self.chunks.par_iter().map(|c| c.estimate_need(need, &tp).map_err(|d| self.corrupt(d))).sum()
     }
 
     /// For an exact condition (one that equals the filter where fields are known, see `pcaptool_query::plan::exact`):
     /// the packets the index alone shows to satisfy it, and the candidates it cannot decide (their fields unknown to
     /// it, a length class or time page across a bound), which the caller reads and filters.
-    pub fn count(&self, need: &Need) -> (u64, Selection) {
+    pub fn count(&self, need: &Need) -> Result<(u64, Selection), IndexError> {
         let mut tp = Vec::new();
         time_preds(need, &mut tp);
-        let per: Vec<(usize, u64, Vec<u32>)> = self
+        let per = self
             .chunks
             .par_iter()
             .enumerate()
-            .map(|(i, c)| {
-                let (sure, maybe) = c.count(need, &tp);
-                (i, sure, maybe)
-            })
-            .collect();
+            .map(|(i, c)| c.count(need, &tp).map(|(sure, maybe)| (i, sure, maybe)).map_err(|d| self.corrupt(d)))
+            .collect::<Result<Vec<_>, _>>()?;
         let sure = per.iter().map(|p| p.1).sum();
         let chunks = per.into_iter().filter(|p| !p.2.is_empty()).map(|(i, _, v)| (i, v)).collect();
-        (sure, Selection { chunks })
+        Ok((sure, Selection { chunks }))
     }
 
     /// Every packet that may satisfy `need` (a superset of the packets that do; never fewer).
-    pub fn select(&self, need: &Need) -> Selection {
+    pub fn select(&self, need: &Need) -> Result<Selection, IndexError> {
         let mut tp = Vec::new();
         time_preds(need, &mut tp);
         let chunks = self
             .chunks
             .par_iter()
             .enumerate()
-            .map(|(i, c)| (i, c.select(need, &tp)))
+            .map(|(i, c)| c.select(need, &tp).map(|v| (i, v)).map_err(|d| self.corrupt(d)))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
             .filter(|(_, v)| !v.is_empty())
             .collect();
-        Selection { chunks }
+        Ok(Selection { chunks })
+    }
+
+    /// The stream offset of the first record of block `b` of chunk `ci` and where the block ends.
+    fn block_span(&self, ci: usize, b: usize) -> Result<(u64, u64), Damage> {
+        let c = &self.chunks[ci];
+        let end = if (b + 1) * BLOCK < c.n {
+            c.block_offset(b + 1)?
+        } else {
+            match self.chunks.get(ci + 1) {
+                Some(n) => n.block_offset(0)?,
+                None => self.file.header.stream_len,
+            }
+        };
+        Ok((c.block_offset(b)?, end))
     }
 
     /// Bytes of the trace that reading `sel` touches (the blocks holding its packets).
-    pub fn bytes_to_read(&self, sel: &Selection) -> u64 {
-        let stream_end = self.file.header.stream_len;
-        sel.chunks
-            .iter()
-            .map(|(ci, v)| {
-                let c = &self.chunks[*ci];
-                let end_of = |b: usize| {
-                    if (b + 1) * BLOCK < c.n {
-                        c.block_offset(b + 1)
-                    } else {
-                        self.chunks.get(ci + 1).map_or(stream_end, |n| n.block_offset(0))
-                    }
-                };
-                let mut last = usize::MAX;
-                let mut sum = 0;
-                for &i in v {
-                    let b = i as usize / BLOCK;
-                    if b != last {
-                        sum += end_of(b).saturating_sub(c.block_offset(b));
-                        last = b;
-                    }
+    pub fn bytes_to_read(&self, sel: &Selection) -> Result<u64, IndexError> {
+        let mut sum = 0u64;
+        for (ci, v) in &sel.chunks {
+            let mut last = usize::MAX;
+            for &i in v {
+                let b = i as usize / BLOCK;
+                if b != last {
+                    let (s, e) = self.block_span(*ci, b).map_err(|d| self.corrupt(d))?;
+                    sum += e.saturating_sub(s);
+                    last = b;
                 }
-                sum
-            })
-            .sum()
+            }
+        }
+        Ok(sum)
     }
 
     /// Reads the packets of chunk `ci` at `positions` from the trace held in `data` (memory-mapped), checking
     /// that each is the packet the index describes. `f` gets each packet's index in the trace and its record.
-    pub fn read_packets(
+    pub fn read_packets<'d>(
         &self,
-        data: &'a [u8],
+        data: &'d [u8],
         seeker: &Seeker,
         trace: &Path,
         ci: usize,
         positions: &[u32],
-        f: &mut dyn FnMut(u64, Record<'a>) -> Result<(), IndexError>,
+        f: &mut dyn FnMut(u64, Record<'d>) -> Result<(), IndexError>,
     ) -> Result<(), IndexError> {
         let c = &self.chunks[ci];
         let stale = |why: String| IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why };
@@ -889,7 +1284,7 @@ impl<'a> IndexView<'a> {
             let b = i / BLOCK;
             let (mut off, mut j) = match at {
                 Some((off, j)) if j <= i && j / BLOCK == b => (off, j),
-                _ => (c.block_offset(b), b * BLOCK),
+                _ => (c.block_offset(b).map_err(|d| self.corrupt(d))?, b * BLOCK),
             };
             let rec = loop {
                 let rec = seeker.next_record_at(data, off).map_err(|e| {
@@ -904,7 +1299,7 @@ impl<'a> IndexView<'a> {
             at = Some((off, j));
             let data_cut = &rec.data[..rec.data.len().min(snap)];
             let fields = PacketFields::new(rec.linktype, data_cut, rec.wirelen, rec.ts_ns);
-            if !c.is_packet(i, &fields, rec.wirelen, rec.ts_ns) {
+            if !c.is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))? {
                 return Err(stale(format!(
                     "packet {} at byte {} is not the packet the index describes",
                     c.first_packet + i as u64,
@@ -920,20 +1315,20 @@ impl<'a> IndexView<'a> {
     /// chunk's first record, so that chunks can be read in parallel (a scan split by the index). The first and
     /// last packets are checked against the index, and the walk must find exactly the chunk's packets, so a
     /// stale index gives an error, not other packets. `f` gets each packet's index in the trace and its record.
-    pub fn walk_chunk(
+    pub fn walk_chunk<'d>(
         &self,
-        data: &'a [u8],
+        data: &'d [u8],
         seeker: &Seeker,
         trace: &Path,
         ci: usize,
-        f: &mut dyn FnMut(u64, Record<'a>) -> Result<(), IndexError>,
+        f: &mut dyn FnMut(u64, Record<'d>) -> Result<(), IndexError>,
     ) -> Result<(), IndexError> {
         let c = &self.chunks[ci];
         let stale = |why: String| IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why };
         let snap = self.file.header.snap as usize;
-        let check = |i: usize, rec: &Record<'_>| {
+        let check = |i: usize, rec: &Record<'_>| -> Result<(), IndexError> {
             let fields = PacketFields::new(rec.linktype, &rec.data[..rec.data.len().min(snap)], rec.wirelen, rec.ts_ns);
-            if c.is_packet(i, &fields, rec.wirelen, rec.ts_ns) {
+            if c.is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))? {
                 Ok(())
             } else {
                 Err(stale(format!(
@@ -943,7 +1338,7 @@ impl<'a> IndexView<'a> {
                 )))
             }
         };
-        let mut off = c.block_offset(0);
+        let mut off = c.block_offset(0).map_err(|d| self.corrupt(d))?;
         for i in 0..c.n {
             let rec = seeker.next_record_at(data, off).map_err(|e| {
                 stale(format!("no packet {} where the index places it ({e})", c.first_packet + i as u64))
@@ -954,23 +1349,34 @@ impl<'a> IndexView<'a> {
             off = rec.offset + u64::from(rec.record_len);
             f(c.first_packet + i as u64, rec)?;
         }
-        if let Some(next) = self.chunks.get(ci + 1)
-            && off > next.block_offset(0)
-        {
-            return Err(stale(format!("chunk of packet {} runs past the next chunk's start", c.first_packet)));
+        if let Some(next) = self.chunks.get(ci + 1) {
+            let next_start = next.block_offset(0).map_err(|d| self.corrupt(d))?;
+            if off > next_start {
+                return Err(stale(format!("chunk of packet {} runs past the next chunk's start", c.first_packet)));
+            }
         }
         Ok(())
     }
 
     /// Bytes of the capture stream chunk `ci` spans (from its first record to the next chunk's, or to the end of
     /// what was indexed).
-    pub fn chunk_bytes(&self, ci: usize) -> u64 {
-        let end = self.chunks.get(ci + 1).map_or(self.file.header.stream_len, |n| n.block_offset(0));
-        end.saturating_sub(self.chunks[ci].block_offset(0))
+    pub fn chunk_bytes(&self, ci: usize) -> Result<u64, IndexError> {
+        let end = match self.chunks.get(ci + 1) {
+            Some(n) => n.block_offset(0).map_err(|d| self.corrupt(d))?,
+            None => self.file.header.stream_len,
+        };
+        Ok(end.saturating_sub(self.chunks[ci].block_offset(0).map_err(|d| self.corrupt(d))?))
     }
 
     /// Whether packet `i` of chunk `ci` has the key the index gives it, seen as `fields` (for streamed traces).
-    pub fn is_packet(&self, ci: usize, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> bool {
-        self.chunks[ci].is_packet(i, fields, wirelen, ts)
+    pub fn is_packet(
+        &self,
+        ci: usize,
+        i: usize,
+        fields: &PacketFields<'_>,
+        wirelen: u32,
+        ts: u64,
+    ) -> Result<bool, IndexError> {
+        self.chunks[ci].is_packet(i, fields, wirelen, ts).map_err(|d| self.corrupt(d))
     }
 }

@@ -295,6 +295,13 @@ pub trait IndexSource {
     fn has_field(&self, field: Field) -> bool;
     /// Packets satisfying `pred`, from the index's statistics (`None`: unknown).
     fn estimate(&self, pred: &Pred) -> Option<u64>;
+    /// Packets that may satisfy the whole condition `need`, when the index can say better than the planner's
+    /// combination of per-predicate estimates (the minimum over a conjunction, the sum over a disjunction); an
+    /// index that decides several predicates together (one flow table for every address and port) can.
+    fn estimate_need(&self, need: &Need) -> Option<u64> {
+        let _ = need;
+        None
+    }
 }
 
 /// The chosen way to answer a filter.
@@ -334,7 +341,7 @@ pub fn plan(filter: &Filter, index: Option<&dyn IndexSource>) -> Plan {
         return Plan { need, index: None, estimate: None, use_index: false, exact };
     };
     let part = need.restrict(&|f| idx.has_field(f));
-    let est = estimate(&part, idx);
+    let est = idx.estimate_need(&part).unwrap_or_else(|| estimate(&part, idx)).min(idx.packets());
     let total = idx.packets();
     let use_index = part != Need::All && (est as f64) <= INDEX_SELECTIVITY_LIMIT * total as f64;
     // An exact condition the index holds completely can also count without reading.

@@ -61,5 +61,5 @@ pub use hwt::{HuffmanWaveletTree, Positions};
 pub use matrix::WaveletMatrix;
 pub use rank_select::{BitVector, BuildBitVector};
 pub use rrr::{RrrBitVector, RrrParams};
-pub use rs::{RsBitVector, RsParams};
+pub use rs::{Ones, RsBitVector, RsParams};
 pub use words::{LeBytes, Words};

@@ -55,16 +55,80 @@ fn stride(rate: usize) -> usize {
     if rate <= 8 { 2 } else { 1 }
 }
 
-fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64>, Vec<u64>, usize) {
+/// Where the directory values of a bit vector go, in order: rank sample words, select1 hints, select0 hints. A
+/// sink returns `false` to stop the walk (a stored directory that differs).
+trait DirSink {
+    fn sample(&mut self, v: u64) -> bool;
+    fn hint1(&mut self, block: u64) -> bool;
+    fn hint0(&mut self, block: u64) -> bool;
+}
+
+/// Directories being built.
+#[derive(Default)]
+struct Build {
+    samples: Vec<u64>,
+    hints1: Vec<u64>,
+    hints0: Vec<u64>,
+}
+
+impl DirSink for Build {
+    fn sample(&mut self, v: u64) -> bool {
+        self.samples.push(v);
+        true
+    }
+    fn hint1(&mut self, block: u64) -> bool {
+        self.hints1.push(block);
+        true
+    }
+    fn hint0(&mut self, block: u64) -> bool {
+        self.hints0.push(block);
+        true
+    }
+}
+
+/// Stored directories compared with what building would compute, value by value (no copy is made).
+struct Verify<'s, W> {
+    stored: [&'s W; 3],
+    at: [usize; 3],
+}
+
+impl<W: Words> Verify<'_, W> {
+    fn next(&mut self, which: usize, v: u64) -> bool {
+        let (s, i) = (self.stored[which], self.at[which]);
+        self.at[which] += 1;
+        i < s.num_words() && s.word(i) == v
+    }
+
+    /// Whether every stored value was compared.
+    fn complete(&self) -> bool {
+        (0..3).all(|k| self.at[k] == self.stored[k].num_words())
+    }
+}
+
+impl<W: Words> DirSink for Verify<'_, W> {
+    fn sample(&mut self, v: u64) -> bool {
+        self.next(0, v)
+    }
+    fn hint1(&mut self, block: u64) -> bool {
+        self.next(1, block)
+    }
+    fn hint0(&mut self, block: u64) -> bool {
+        self.next(2, block)
+    }
+}
+
+/// Walks the directories of `bits` (`len` bits, `rate` words per sample) in order into `out`; returns the number
+/// of ones, or `None` when `out` stopped the walk.
+fn walk_directories(bits: &impl Words, len: usize, rate: usize, out: &mut impl DirSink) -> Option<usize> {
     let nwords = bits.num_words();
     let nblocks = nwords.div_ceil(rate);
     let st = stride(rate);
-    let mut samples = Vec::with_capacity(st * (nblocks + 1));
-    let mut hints1 = Vec::new();
-    let mut hints0 = Vec::new();
+    let (mut hints1, mut hints0) = (0usize, 0usize);
     let mut ones = 0usize;
     for b in 0..nblocks {
-        samples.push(ones as u64);
+        if !out.sample(ones as u64) {
+            return None;
+        }
         let zeros_before = (b * rate * 64).min(len) - ones;
         let mut block_ones = 0;
         let mut sub = 0u64;
@@ -81,24 +145,37 @@ fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64
             for j in present.max(1)..rate {
                 sub |= (block_ones as u64) << (9 * (j - 1));
             }
-            samples.push(sub);
+            if !out.sample(sub) {
+                return None;
+            }
         }
         let block_bits = (((b + 1) * rate * 64).min(len)).saturating_sub(b * rate * 64);
         let block_zeros = block_bits - block_ones;
         // Hints for every multiple of SELECT_SAMPLE that falls inside this block.
-        while hints1.len() * SELECT_SAMPLE < ones + block_ones {
-            hints1.push(b as u64);
+        while hints1 * SELECT_SAMPLE < ones + block_ones {
+            hints1 += 1;
+            if !out.hint1(b as u64) {
+                return None;
+            }
         }
-        while hints0.len() * SELECT_SAMPLE < zeros_before + block_zeros {
-            hints0.push(b as u64);
+        while hints0 * SELECT_SAMPLE < zeros_before + block_zeros {
+            hints0 += 1;
+            if !out.hint0(b as u64) {
+                return None;
+            }
         }
         ones += block_ones;
     }
-    samples.push(ones as u64);
-    if st == 2 {
-        samples.push(0);
+    if !out.sample(ones as u64) || (st == 2 && !out.sample(0)) {
+        return None;
     }
-    (samples, hints1, hints0, ones)
+    Some(ones)
+}
+
+fn directories(bits: &impl Words, len: usize, rate: usize) -> (Vec<u64>, Vec<u64>, Vec<u64>, usize) {
+    let mut d = Build::default();
+    let ones = walk_directories(bits, len, rate, &mut d).unwrap_or(0);
+    (d.samples, d.hints1, d.hints0, ones)
 }
 
 impl BuildBitVector for RsBitVector {
@@ -138,6 +215,12 @@ impl<W: Words> RsBitVector<W> {
     #[inline]
     fn word(&self, i: usize) -> u64 {
         self.bits.word(i)
+    }
+
+    /// The positions of the ones, in increasing order (one pass over the words: cheaper than a `select1` per one
+    /// when all are wanted).
+    pub fn ones(&self) -> Ones<'_, W> {
+        Ones { bv: self, word: 0, bits: if self.bits.num_words() > 0 { self.word(0) } else { 0 } }
     }
 
     /// Ones in the words before word `w`.
@@ -201,6 +284,32 @@ impl<W: Words> RsBitVector<W> {
             rem -= c;
             w += 1;
         }
+    }
+}
+
+/// Iterator over the positions of the ones of an [`RsBitVector`], from [`RsBitVector::ones`].
+#[derive(Debug)]
+pub struct Ones<'a, W> {
+    bv: &'a RsBitVector<W>,
+    word: usize,
+    bits: u64,
+}
+
+impl<W: Words> Iterator for Ones<'_, W> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.bits == 0 {
+            self.word += 1;
+            if self.word >= self.bv.bits.num_words() {
+                return None;
+            }
+            self.bits = self.bv.word(self.word);
+        }
+        let b = self.bits.trailing_zeros() as usize;
+        self.bits &= self.bits - 1;
+        Some(self.word * 64 + b)
     }
 }
 
@@ -283,10 +392,6 @@ impl<'a> DecodeBitVector<'a> for RsBitVector<LeBytes<'a>> {
     }
 }
 
-fn same(stored: &LeBytes<'_>, computed: &[u64]) -> bool {
-    stored.num_words() == computed.len() && computed.iter().enumerate().all(|(i, &v)| stored.word(i) == v)
-}
-
 impl<'a> RsBitVector<LeBytes<'a>> {
     /// Loads a file written by [`Encode::write_to`](crate::Encode::write_to) without copying, validating every field.
     pub fn from_bytes(bytes: &'a [u8]) -> Result<RsBitVector<LeBytes<'a>>, Error> {
@@ -315,16 +420,13 @@ impl<'a> RsBitVector<LeBytes<'a>> {
         if len % 64 != 0 && bits.word(bits.num_words() - 1) >> (len % 64) != 0 {
             return Err(bad("bits", "bits set past the end"));
         }
-        // The directories must be exactly what building would compute: recompute and compare (linear time).
-        let (s, h1, h0, n1) = directories(&bits, len, rate);
-        if n1 != ones {
-            return Err(bad("ones", "does not match the bits"));
-        }
-        if !same(&samples, &s) {
-            return Err(bad("rank samples", "do not match the bits"));
-        }
-        if !same(&hints1, &h1) || !same(&hints0, &h0) {
-            return Err(bad("select hints", "do not match the bits"));
+        // The directories must be exactly what building would compute: one pass compares them with the bits
+        // (linear time, nothing copied).
+        let mut verify = Verify { stored: [&samples, &hints1, &hints0], at: [0; 3] };
+        match walk_directories(&bits, len, rate, &mut verify) {
+            Some(n1) if n1 != ones => return Err(bad("ones", "does not match the bits")),
+            Some(_) if verify.complete() => {}
+            _ => return Err(bad("directories", "rank samples or select hints do not match the bits")),
         }
         Ok(RsBitVector { len, ones, rate, shift: rate.trailing_zeros(), bits, samples, hints1, hints0 })
     }
@@ -389,6 +491,8 @@ pub(crate) mod tests {
             let v = RsBitVector::from_bytes(&bytes).unwrap();
             check(&v, &bits);
             prop_assert_eq!(v.size_in_bytes(), b.size_in_bytes());
+            let ones: Vec<usize> = (0..bits.len()).filter(|&i| bits[i]).collect();
+            prop_assert_eq!(v.ones().collect::<Vec<_>>(), ones);
         }
     }
 

@@ -18,14 +18,18 @@ pub(crate) struct IndexFacts {
 }
 
 impl IndexFacts {
-    pub(crate) fn of(view: &IndexView<'_>, _plan: &Plan, sel: Option<&Selection>) -> IndexFacts {
-        IndexFacts {
+    pub(crate) fn of(view: &IndexView<'_>, _plan: &Plan, sel: Option<&Selection>) -> anyhow::Result<IndexFacts> {
+        let reads = match sel {
+            Some(s) => Some((s.chunks.len(), s.count(), view.bytes_to_read(s)?)),
+            None => None,
+        };
+        Ok(IndexFacts {
             path: view.file().path().display().to_string(),
             packets: view.packets(),
             chunks: view.chunks().len(),
             index_bytes: view.file().size_bytes(),
-            reads: sel.map(|s| (s.chunks.len(), s.count(), view.bytes_to_read(s))),
-        }
+            reads,
+        })
     }
 }
 

@@ -247,7 +247,7 @@ pub(crate) fn execute(
     let source = view.map(Source);
     let plan = pcaptool_query::plan::plan(filter, source.as_ref().map(|s| s as &dyn IndexSource));
     let selection = match (view, &plan.index) {
-        (Some(v), Some(part)) if plan.use_index => Some(v.select(part)),
+        (Some(v), Some(part)) if plan.use_index => Some(v.select(part).map_err(index_error)?),
         _ => None,
     };
     if args.explain {
@@ -255,7 +255,10 @@ pub(crate) fn execute(
             // A stream whose first interface is not known yet: explain for Ethernet.
             matchers.get(LinkType::ETHERNET)?;
         }
-        let index = view.map(|v| crate::cmd::explain::IndexFacts::of(v, &plan, selection.as_ref()));
+        let index = match view {
+            Some(v) => Some(crate::cmd::explain::IndexFacts::of(v, &plan, selection.as_ref())?),
+            None => None,
+        };
         crate::cmd::explain::print(filter, &plan, index.as_ref(), &mut matchers, args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -297,7 +300,9 @@ pub(crate) fn execute(
     };
     // Counting an exact condition: the index decides every packet whose fields it knows; only the others are read.
     let counted = match (view, &plan.index) {
-        (Some(v), Some(part)) if args.count && args.write.is_none() && plan.exact => Some(v.count(part)),
+        (Some(v), Some(part)) if args.count && args.write.is_none() && plan.exact => {
+            Some(v.count(part).map_err(index_error)?)
+        }
         _ => None,
     };
     let result = match (view, &counted, &selection) {
@@ -569,7 +574,7 @@ fn scan_chunks(
                     }
                     Ok(())
                 })?;
-                pb.inc(view.chunk_bytes(ci));
+                pb.inc(view.chunk_bytes(ci)?);
                 Ok(hits)
             })
             .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()?;
@@ -622,6 +627,11 @@ fn index_damage(
     }
 }
 
+/// An index error as the CLI reports it: with the way out.
+fn index_error(e: pcaptool_index::IndexError) -> anyhow::Error {
+    anyhow::anyhow!("{e}; or query with --scan")
+}
+
 /// The index as the planner sees it.
 struct Source<'a, 'b>(&'a IndexView<'b>);
 
@@ -633,7 +643,11 @@ impl IndexSource for Source<'_, '_> {
         self.0.has_field(field)
     }
     fn estimate(&self, pred: &Pred) -> Option<u64> {
-        Some(self.0.estimate(pred))
+        // A damaged part gives no estimate here; selecting then reports the damage.
+        self.0.estimate(pred).ok()
+    }
+    fn estimate_need(&self, need: &pcaptool_packet::Need) -> Option<u64> {
+        self.0.estimate_need(need).ok()
     }
 }
 
@@ -669,13 +683,19 @@ fn indexed(
     if let Some(bytes) = reader.as_bytes() {
         // Few candidates are read page by page: the kernel's read-ahead for a sequential scan would cost more
         // than the reads (measured on the needle benchmark).
-        if view.bytes_to_read(sel).saturating_mul(8) < bytes.len() as u64 {
+        if view.bytes_to_read(sel).map_err(index_error)?.saturating_mul(8) < bytes.len() as u64 {
             reader.advise_scattered_reads();
         }
         let seeker = index_seeker(bytes, view, &args.trace, matchers)?;
         let decide = matchers.decider();
-        // Chunks in waves of one per thread, so that memory holds the matches of a few chunks at a time.
-        for wave in sel.chunks.chunks(rayon::current_num_threads().max(1)) {
+        // The candidates in pieces of at most PIECE packets, read in parallel in waves of a bounded number of
+        // packets (so that memory holds a few pieces' matches) and written in order: pieces, not whole chunks, so
+        // that both threads have work when one chunk holds most candidates.
+        const PIECE: usize = 512;
+        let pieces: Vec<(usize, &[u32])> =
+            sel.chunks.iter().flat_map(|(ci, positions)| positions.chunks(PIECE).map(move |p| (*ci, p))).collect();
+        let per_wave = (rayon::current_num_threads().max(1) * 64).max(1);
+        for wave in pieces.chunks(per_wave) {
             let lists = wave
                 .par_iter()
                 .map(|(ci, positions)| {
@@ -719,7 +739,7 @@ fn indexed(
             && global == at
         {
             let fields = PacketFields::new(rec.linktype, rec.data, rec.wirelen, rec.ts_ns);
-            if !view.is_packet(ci, i, &fields, rec.wirelen, rec.ts_ns) {
+            if !view.is_packet(ci, i, &fields, rec.wirelen, rec.ts_ns).map_err(index_error)? {
                 bail!(
                     "{} does not describe {} as it is now (packet {at} differs); rebuild it with `pcaptool index`",
                     file.path().display(),
