@@ -8,7 +8,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
-use pcaptool_packet::{Compression, Compressor, FileFormat, ReadOptions, Records, Seeker, TraceReader, TsPrecision};
+use pcaptool_packet::{
+    Compression, Compressor, FileFormat, Peek, ReadOptions, Records, Seeker, TraceReader, TsPrecision,
+};
 use pcaptool_tests::{corpus_dir, corpus_files, tool};
 
 #[derive(Debug, Default, Clone)]
@@ -263,7 +265,8 @@ fn mapped_streamed_and_compressed_paths_agree_on_the_corpus() {
 }
 
 /// The seeker (how an index reads the packets it selects) reads every record of every corpus file exactly as the
-/// sequential reader does, from its offset alone.
+/// sequential reader does, from its offset alone: in the whole file, and in windows of the file (as `pread` fills
+/// them) that start before the record and end inside it (more is asked for) or after it.
 #[test]
 fn seeker_reads_every_record_as_the_sequential_reader_does() {
     let Some(corpus) = corpus_dir() else { return };
@@ -281,12 +284,33 @@ fn seeker_reads_every_record_as_the_sequential_reader_does() {
         }
         let seeker = Seeker::new(&bytes, recs.structure()).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert_eq!(seeker.interfaces(), recs.interfaces(), "{file}: interfaces");
-        for r in &all {
+        for (k, r) in all.iter().enumerate() {
             let s = seeker.record_at(&bytes, r.offset).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert_eq!(&s, r, "{file}: record at {}", r.offset);
+            // A window from up to 100 bytes before the record, cut at several lengths.
+            let at = r.offset as usize;
+            let start = at.saturating_sub(k % 100);
+            let end = at + r.record_len as usize;
+            for cut in [at, at + 1, at + 15, end - 1, end, end + 7] {
+                let window = &bytes[start..cut.min(bytes.len())];
+                match seeker.peek_in(window, start as u64, r.offset).unwrap_or_else(|e| panic!("{file}: {e}")) {
+                    Peek::Record(p) => {
+                        assert!(cut >= end, "{file}: a record at {} from a window cut at {cut}", r.offset);
+                        assert_eq!(&p, r, "{file}: windowed record at {}", r.offset);
+                    }
+                    Peek::Beyond(need) => {
+                        assert!(cut < end, "{file}: record at {} not found in a window to {cut}", r.offset);
+                        assert!(at as u64 + need > cut as u64, "{file}: asks for {need} bytes at {}", r.offset);
+                    }
+                    Peek::Skip(_) => panic!("{file}: a record at {} read as a structure to skip", r.offset),
+                }
+            }
         }
         files += 1;
         records += all.len() as u64;
     }
-    println!("seeker: {records} records of {files} corpus files read from their offsets alone, all identical");
+    println!(
+        "seeker: {records} records of {files} corpus files read from their offsets alone, all identical (also from \
+         windows of the file)"
+    );
 }

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::IndexError;
-use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32};
+use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32, write_ef};
 use crate::keys::{KEY_FIELDS, Key, flags_code, key_of, len_class, pair_keys, shape_rank, write_column};
 use crate::lanes::{assign, write_flows};
 use crate::select::{CHUNK_HEAD, PARTS, shape_of};
@@ -254,7 +254,6 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
         .collect();
     let base = input.blocks.first().copied().unwrap_or(0);
     let span = input.blocks.last().map_or(0, |l| l - base);
-    let wide = span > u64::from(u32::MAX);
     let mut parts: Vec<Vec<u8>> = Vec::with_capacity(PARTS);
     let mut o = Out::default();
     for &(lo, hi) in &input.pages {
@@ -263,9 +262,8 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
     }
     parts.push(o.into_inner());
     let mut o = Out::default();
-    for &b in &input.blocks {
-        if wide { o.u64(b - base) } else { o.u32((b - base) as u32) }
-    }
+    let relative: Vec<u64> = input.blocks.iter().map(|&b| b - base).collect();
+    write_ef(&mut o, &relative, span + 1);
     parts.push(o.into_inner());
     for i in 0..KEY_FIELDS.len() {
         let mut o = Out::default();
@@ -283,7 +281,7 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
     head.u32(rows.len() as u32);
     head.u64(input.first_packet);
     head.u64(base);
-    head.u32(if wide { 8 } else { 4 });
+    head.u32(0);
     head.u32(PARTS as u32);
     let mut at = CHUNK_HEAD;
     for p in &parts {

@@ -6,7 +6,7 @@ use pcaptool_wavelet::Crc32;
 /// The first four bytes of an index.
 pub const MAGIC: [u8; 4] = *b"PTIX";
 /// The format version this crate writes and reads.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;
 /// Bytes of the trace's start and end whose checksums identify it (with its length and modification time).
@@ -113,6 +113,11 @@ impl<'a> Cursor<'a> {
 
     pub(crate) fn pos(&self) -> usize {
         self.pos
+    }
+
+    /// The next `n` bytes, without moving past them.
+    pub(crate) fn peek(&self, n: usize) -> Result<&'a [u8], String> {
+        self.clone().bytes(n)
     }
 
     pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
@@ -279,8 +284,10 @@ pub(crate) enum HeaderError {
     Damaged(String),
 }
 
-/// Packets per offset block: the index keeps the offset of every block's first record.
-pub const BLOCK: usize = 64;
+/// Packets per offset block: the index keeps the offset of every block's first record (Elias-Fano coded), and a
+/// packet is read by walking from its block's first record: 16 keeps that walk within about one 4 KiB read on
+/// traces of a few hundred bytes a packet.
+pub const BLOCK: usize = 16;
 /// Packets per time page: the index keeps every page's earliest and latest timestamp.
 pub const PAGE: usize = 1024;
 
@@ -456,5 +463,167 @@ impl KeySet {
                 })
             })
         })
+    }
+}
+
+/// Low bits per element of an Elias-Fano code of `m` elements below `universe`.
+fn ef_low_bits(universe: u64, m: usize) -> u32 {
+    if m == 0 || universe <= m as u64 { 0 } else { 63 - (universe / m as u64).leading_zeros() }
+}
+
+/// Writes the non-decreasing `values` (each below `universe`) Elias-Fano coded: about `2 + log2(universe / m)`
+/// bits each.
+///
+/// ```text
+/// ef := m:u64 universe:u64 low_bits:u32 zero:u32
+///       low: ⌈m·low_bits/8⌉ bytes, every value's low bits packed LSB first; zero padding to 8
+///       high: PTWV RsBitVector of m + (universe >> low_bits) + 1 bits, bit (value_i >> low_bits) + i set
+/// ```
+pub(crate) fn write_ef(out: &mut Out, values: &[u64], universe: u64) {
+    use pcaptool_wavelet::{BuildBitVector, Encode, RsBitVector, RsParams};
+    let m = values.len();
+    let low_bits = ef_low_bits(universe, m);
+    out.u64(m as u64);
+    out.u64(universe);
+    out.u32(low_bits);
+    out.u32(0);
+    let mask = if low_bits == 0 { 0 } else { u64::MAX >> (64 - low_bits) };
+    let mut p = BitPacker::new(low_bits);
+    values.iter().for_each(|&v| p.push(v & mask));
+    out.bytes(&p.finish());
+    out.align8();
+    let high_len = m + (universe >> low_bits) as usize + 1;
+    let mut words = vec![0u64; high_len.div_ceil(64)];
+    for (i, &v) in values.iter().enumerate() {
+        debug_assert!(v < universe.max(1) && (i == 0 || values[i - 1] <= v));
+        let pos = (v >> low_bits) as usize + i;
+        words[pos / 64] |= 1 << (pos % 64);
+    }
+    out.bytes(&RsBitVector::build(words, high_len, RsParams { rate: 8 }).to_bytes());
+}
+
+/// An Elias-Fano coded sequence (see [`write_ef`]), read in place: any element by one `select`, all of them in one
+/// pass.
+#[derive(Debug)]
+pub(crate) struct EliasFano<'a> {
+    m: usize,
+    universe: u64,
+    low_bits: u32,
+    low: Packed<'a>,
+    high: pcaptool_wavelet::RsBitVector<pcaptool_wavelet::LeBytes<'a>>,
+}
+
+impl<'a> EliasFano<'a> {
+    /// Reads a sequence written by [`write_ef`] from the cursor, checking its shape (an element read from a
+    /// damaged sequence may be anything up to `universe`, never past it).
+    pub(crate) fn read(c: &mut Cursor<'a>) -> Result<EliasFano<'a>, String> {
+        use pcaptool_wavelet::{BitVector, RsBitVector};
+        let m = usize::try_from(c.u64()?).map_err(|_| "too many elements")?;
+        let universe = c.u64()?;
+        let low_bits = c.u32()?;
+        c.u32()?;
+        if low_bits != ef_low_bits(universe, m) {
+            return Err(format!("{low_bits} low bits for {m} elements below {universe}"));
+        }
+        let low = Packed::new(c.bytes(packed_len(m, low_bits))?, low_bits, m);
+        c.align8()?;
+        // The high bits are a PTWV structure: 16-byte header (its body length at byte 8), body, 8-byte trailer.
+        let body = c.peek(16)?;
+        let body_len = usize::try_from(u64::from_le_bytes(body[8..16].try_into().map_err(|_| "header")?))
+            .map_err(|_| "high bits too long")?;
+        let blob = c.bytes(body_len.checked_add(24).ok_or("high bits too long")?)?;
+        let high = RsBitVector::from_bytes(blob).map_err(|e| format!("Elias-Fano high bits: {e}"))?;
+        let want = m.checked_add((universe >> low_bits) as usize).and_then(|x| x.checked_add(1));
+        if high.count_ones() != m || Some(high.len()) != want {
+            return Err("Elias-Fano high bits do not match the elements".into());
+        }
+        Ok(EliasFano { m, universe, low_bits, low, high })
+    }
+
+    /// Elements.
+    pub(crate) fn len(&self) -> usize {
+        self.m
+    }
+
+    /// Element `i` (`i < len`), at most `universe - 1`.
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        use pcaptool_wavelet::BitVector;
+        let high = self.high.select1(i).map_or(0, |p| p.saturating_sub(i)) as u64;
+        (high << self.low_bits | self.low.get(i)).min(self.universe.saturating_sub(1))
+    }
+
+    /// Every element, in order, in one pass.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        let max = self.universe.saturating_sub(1);
+        self.high
+            .ones()
+            .take(self.m)
+            .zip(self.low.iter_from(0))
+            .enumerate()
+            .map(move |(i, (bit, low))| (((bit - i) as u64) << self.low_bits | low).min(max))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn elias_fano_reads_back(mut values in prop::collection::vec(0u64..5000, 0..300), extra in 1u64..3000) {
+            values.sort_unstable();
+            let universe = values.last().map_or(1, |&v| v + extra);
+            let mut o = Out::default();
+            write_ef(&mut o, &values, universe);
+            o.u32(7); // what follows the sequence is left to the caller
+            let bytes = o.into_inner();
+            let mut c = Cursor::new(&bytes);
+            let ef = EliasFano::read(&mut c).unwrap();
+            prop_assert_eq!(c.u32().unwrap(), 7);
+            prop_assert_eq!(ef.len(), values.len());
+            for (i, &v) in values.iter().enumerate() {
+                prop_assert_eq!(ef.get(i), v);
+            }
+            prop_assert_eq!(ef.iter().collect::<Vec<_>>(), values);
+        }
+
+        #[test]
+        fn key_sets_are_sets(members in prop::collection::vec(0usize..200, 0..100), other in prop::collection::vec(0usize..200, 0..100), len in 1usize..200) {
+            let set = |m: &[usize]| {
+                let mut s = KeySet::new(len, false);
+                m.iter().for_each(|&i| s.insert(i));
+                s
+            };
+            let model = |m: &[usize]| -> std::collections::BTreeSet<usize> { m.iter().copied().filter(|&i| i < len).collect() };
+            let (a, b) = (set(&members), set(&other));
+            prop_assert_eq!(a.iter().collect::<std::collections::BTreeSet<_>>(), model(&members));
+            prop_assert_eq!(a.count(), model(&members).len());
+            let mut and = a.clone();
+            and.combine(&b, true);
+            prop_assert_eq!(and.iter().collect::<std::collections::BTreeSet<_>>(), &model(&members) & &model(&other));
+            let mut or = a.clone();
+            or.combine(&b, false);
+            prop_assert_eq!(or.iter().collect::<std::collections::BTreeSet<_>>(), &model(&members) | &model(&other));
+            let mut minus = a.clone();
+            minus.subtract(&b);
+            prop_assert_eq!(minus.iter().collect::<std::collections::BTreeSet<_>>(), &model(&members) - &model(&other));
+            prop_assert_eq!(KeySet::new(len, true).count(), len);
+            prop_assert!((0..len).all(|i| a.contains(i) == model(&members).contains(&i)));
+        }
+    }
+
+    #[test]
+    fn elias_fano_refuses_a_wrong_shape() {
+        let mut o = Out::default();
+        write_ef(&mut o, &[3, 9, 9, 40], 41);
+        let bytes = o.into_inner();
+        assert!(EliasFano::read(&mut Cursor::new(&bytes)).is_ok());
+        let mut bad = bytes.clone();
+        bad[0] = 5; // five elements
+        assert!(EliasFano::read(&mut Cursor::new(&bad)).is_err());
+        let mut bad = bytes;
+        bad[16] ^= 1; // other low bits
+        assert!(EliasFano::read(&mut Cursor::new(&bad)).is_err());
     }
 }

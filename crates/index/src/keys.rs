@@ -333,13 +333,19 @@ pub(crate) struct KeyTable<'a> {
     rows: usize,
     parts: Vec<Part<'a>>,
     columns: Vec<OnceLock<Result<Column<'a>, Damage>>>,
+    /// Rows whose code in a column satisfies a predicate, for recent (column, predicate) pairs: `host X` reads
+    /// each address column for both of its predicates (one per direction).
+    scans: std::sync::Mutex<Vec<Scan>>,
 }
+
+/// A column scan remembered: the rows whose code in `Field`'s column satisfies `Pred`.
+type Scan = (Field, Pred, std::sync::Arc<Vec<u32>>);
 
 impl<'a> KeyTable<'a> {
     /// A table of `rows` rows over its column parts (in [`KEY_FIELDS`] order).
     pub(crate) fn new(rows: usize, parts: Vec<Part<'a>>) -> KeyTable<'a> {
         let columns = parts.iter().map(|_| OnceLock::new()).collect();
-        KeyTable { rows, parts, columns }
+        KeyTable { rows, parts, columns, scans: std::sync::Mutex::new(Vec::new()) }
     }
 
     /// Keys in the table (two per row).
@@ -372,12 +378,33 @@ impl<'a> KeyTable<'a> {
         }
         let mut out = KeySet::new(self.len(), false);
         for (f, dir) in [(pred.field, 0), (mirror(pred.field), 1)] {
-            let col = self.column(f)?;
-            // Rows outside a column's stored range are missing, which fails: only the stored codes are read.
-            let (truth, values) = col.truth(pred);
-            col.rows_where(&truth, values, |row| out.insert(2 * row + dir));
+            for &row in self.scan(f, pred)?.iter() {
+                out.insert(2 * row as usize + dir);
+            }
         }
         Ok(out)
+    }
+
+    /// The rows whose code in column `f` may satisfy `pred` (a predicate on `f` or its mirror), remembered.
+    fn scan(&self, f: Field, pred: &Pred) -> Result<std::sync::Arc<Vec<u32>>, Damage> {
+        let lock = || self.scans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((.., rows)) =
+            lock().iter().find(|(g, p, _)| *g == f && p.lo == pred.lo && p.hi == pred.hi && p.mask == pred.mask)
+        {
+            return Ok(rows.clone());
+        }
+        let col = self.column(f)?;
+        // Rows outside a column's stored range are missing, which fails: only the stored codes are read.
+        let (truth, values) = col.truth(pred);
+        let mut rows = Vec::new();
+        col.rows_where(&truth, values, |row| rows.push(row as u32));
+        let rows = std::sync::Arc::new(rows);
+        let mut scans = lock();
+        if scans.len() >= 64 {
+            scans.remove(0);
+        }
+        scans.push((f, *pred, rows.clone()));
+        Ok(rows)
     }
 
     /// Which keys of `domain` may satisfy `pred` (keys outside it are not asked): one value read per key, for a

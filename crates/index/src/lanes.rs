@@ -12,24 +12,22 @@
 //! occurrences of its symbol between its start and its end: rank and select on one tree.
 //!
 //! ```text
-//! flows := rows:u32 lanes:u32 lane_bits:u32 low_bits:u32 n:u32 zero:u32
+//! flows := rows:u32 lanes:u32 lane_bits:u32 n:u32
 //!          class_start: 8 × u32     first row of each class (class 7: = rows)
 //!          lane_base:   8 × u32     first lane of each class (class 7: = lanes)
 //!          lanes:  ⌈rows·lane_bits/8⌉ bytes, the lane of every row, packed LSB first; zero padding to 8
-//!          low:    ⌈rows·low_bits/8⌉ bytes, Elias-Fano low bits of every row's key; zero padding to 8
-//!          high:   PTWV RsBitVector (wavelet.md), Elias-Fano high bits
+//!          starts: Elias-Fano (format::write_ef) of every row's `class·(n + 1) + first packet`, below 7·(n + 1)
 //! ```
 //!
-//! A row's Elias-Fano key is `class·n + start`, strictly increasing over the rows (rows are ordered by class, then
-//! by first packet), so it is stored in `low_bits + 2` bits or so per row with constant-time access.
+//! A row's start key `class·(n + 1) + first packet` is strictly increasing over the rows (rows are ordered by
+//! class, then by first packet), so Elias-Fano stores it in about `2 + log2(7·n / rows)` bits with constant-time
+//! access.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::OnceLock;
 
-use pcaptool_wavelet::{BitVector, BuildBitVector, Encode, LeBytes, RsBitVector, RsParams};
-
-use crate::format::{BitPacker, Cursor, Out, Packed, bits_for, packed_len};
+use crate::format::{BitPacker, Cursor, EliasFano, Out, Packed, bits_for, packed_len, write_ef};
 
 /// Row classes (see [`crate::keys::shape_rank`]).
 pub(crate) const CLASSES: usize = 7;
@@ -94,14 +92,10 @@ pub(crate) fn write_flows(out: &mut Out, lanes: &Lanes, class: &[u8], n: usize) 
     let rows = lanes.lane.len();
     let total = lanes.lane_base[CLASSES];
     let lane_bits = bits_for(u64::from(total.saturating_sub(1)));
-    let universe = (CLASSES as u64) * (n as u64 + 1);
-    let low_bits = ef_low_bits(universe, rows);
     out.u32(rows as u32);
     out.u32(total);
     out.u32(lane_bits);
-    out.u32(low_bits);
     out.u32(n as u32);
-    out.u32(0);
     for v in lanes.class_start {
         out.u32(v);
     }
@@ -112,27 +106,8 @@ pub(crate) fn write_flows(out: &mut Out, lanes: &Lanes, class: &[u8], n: usize) 
     lanes.lane.iter().for_each(|&l| p.push(u64::from(l)));
     out.bytes(&p.finish());
     out.align8();
-    let key = |r: usize| u64::from(class[r]) * (n as u64 + 1) + u64::from(lanes.start[r]);
-    let mut p = BitPacker::new(low_bits);
-    (0..rows).for_each(|r| p.push(key(r) & low_mask(low_bits)));
-    out.bytes(&p.finish());
-    out.align8();
-    let high_len = rows + (universe >> low_bits) as usize + 1;
-    let mut words = vec![0u64; high_len.div_ceil(64)];
-    for r in 0..rows {
-        let pos = (key(r) >> low_bits) as usize + r;
-        words[pos / 64] |= 1 << (pos % 64);
-    }
-    out.bytes(&RsBitVector::build(words, high_len, RsParams { rate: 8 }).to_bytes());
-}
-
-/// Low bits per Elias-Fano element for `m` elements below `universe`.
-fn ef_low_bits(universe: u64, m: usize) -> u32 {
-    if m == 0 || universe <= m as u64 { 0 } else { 63 - (universe / m as u64).leading_zeros() }
-}
-
-fn low_mask(bits: u32) -> u64 {
-    if bits == 0 { 0 } else { u64::MAX >> (64 - bits) }
+    let keys: Vec<u64> = (0..rows).map(|r| u64::from(class[r]) * (n as u64 + 1) + u64::from(lanes.start[r])).collect();
+    write_ef(out, &keys, CLASSES as u64 * (n as u64 + 1));
 }
 
 /// The flow part of a chunk, read: per row its lane and first packet, and where it ends.
@@ -143,9 +118,8 @@ pub(crate) struct Flows<'a> {
     lanes: u32,
     class_start: [u32; CLASSES + 1],
     lane: Packed<'a>,
-    low_bits: u32,
-    low: Packed<'a>,
-    high: RsBitVector<LeBytes<'a>>,
+    /// `class·(n + 1) + first packet` of every row.
+    starts: EliasFano<'a>,
     /// Rows by lane, each lane's in order of first packet (built when a query needs many of them).
     by_lane: OnceLock<ByLane>,
 }
@@ -167,9 +141,7 @@ impl<'a> Flows<'a> {
         let stored_rows = c.u32()? as usize;
         let lanes = c.u32()?;
         let lane_bits = c.u32()?;
-        let low_bits = c.u32()?;
         let stored_n = c.u32()? as usize;
-        c.u32()?;
         if stored_rows != rows || stored_n != n {
             return Err(format!("flows of {stored_rows} rows over {stored_n} packets, expected {rows} and {n}"));
         }
@@ -190,20 +162,16 @@ impl<'a> Flows<'a> {
         if lane_bits != bits_for(u64::from(lanes.saturating_sub(1))) {
             return Err(format!("{lane_bits}-bit lanes for {lanes} lanes"));
         }
-        let universe = (CLASSES as u64) * (n as u64 + 1);
-        if low_bits != ef_low_bits(universe, rows) {
-            return Err(format!("{low_bits} low bits for {rows} rows"));
-        }
         let lane = Packed::new(c.bytes(packed_len(rows, lane_bits))?, lane_bits, rows);
         c.align8()?;
-        let low = Packed::new(c.bytes(packed_len(rows, low_bits))?, low_bits, rows);
-        c.align8()?;
-        let rest = c.bytes(b.len() - c.pos())?;
-        let high = RsBitVector::from_bytes(rest).map_err(|e| format!("flow starts: {e}"))?;
-        if high.count_ones() != rows || high.len() != rows + (universe >> low_bits) as usize + 1 {
-            return Err("flow starts do not match the rows".into());
+        let starts = EliasFano::read(&mut c).map_err(|e| format!("flow starts: {e}"))?;
+        if starts.len() != rows {
+            return Err(format!("{} flow starts for {rows} rows", starts.len()));
         }
-        Ok(Flows { n, rows, lanes, class_start, lane, low_bits, low, high, by_lane: OnceLock::new() })
+        if !c.is_empty() {
+            return Err(format!("{} bytes after the flow starts", b.len() - c.pos()));
+        }
+        Ok(Flows { n, rows, lanes, class_start, lane, starts, by_lane: OnceLock::new() })
     }
 
     /// Rows.
@@ -228,28 +196,21 @@ impl<'a> Flows<'a> {
 
     /// The first packet of row `r` (clamped to the chunk).
     pub(crate) fn start(&self, r: usize) -> usize {
-        let high = self.high.select1(r).map_or(0, |p| p - r) as u64;
-        let key = high << self.low_bits | self.low.get(r);
         let class = self.class_of(r) as u64;
-        (key.saturating_sub(class * (self.n as u64 + 1)) as usize).min(self.n)
+        (self.starts.get(r).saturating_sub(class * (self.n as u64 + 1)) as usize).min(self.n)
     }
 
-    /// The first packet of every row, decoded in one pass over the Elias-Fano bits (a `select` per row costs far
-    /// more when all are wanted).
+    /// The first packet of every row, decoded in one pass (a `select` per row costs far more when all are
+    /// wanted).
     pub(crate) fn starts(&self) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.rows);
-        let mut low = self.low.iter_from(0);
-        let mut high = self.high.ones();
+        let mut class = 0usize;
         let base = self.n as u64 + 1;
-        for c in 0..CLASSES {
-            let end = self.class_start[c + 1] as usize;
-            let offset = c as u64 * base;
-            while out.len() < end {
-                let Some(bit) = high.next() else { break };
-                let r = out.len();
-                let key = ((bit - r) as u64) << self.low_bits | low.next().unwrap_or(0);
-                out.push(key.saturating_sub(offset).min(self.n as u64) as u32);
+        for key in self.starts.iter() {
+            while class + 1 < CLASSES && self.class_start[class + 1] as usize <= out.len() {
+                class += 1;
             }
+            out.push(key.saturating_sub(class as u64 * base).min(self.n as u64) as u32);
         }
         out.resize(self.rows, self.n as u32);
         out
@@ -420,7 +381,7 @@ mod tests {
         assert!(Flows::read(&bytes, 6, 3).is_err(), "another chunk length");
         assert!(Flows::read(&bytes, 5, 4).is_err(), "another row count");
         let mut bad = bytes.clone();
-        bad[24] = 9; // class 0 starting at row 9
+        bad[16] = 9; // class 0 starting at row 9
         assert!(Flows::read(&bad, 5, 3).is_err());
     }
 }

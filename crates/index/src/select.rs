@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::IndexError;
 use crate::build::identity;
-use crate::format::{BLOCK, Cursor, Damage, HEADER_LEN, Header, HeaderError, KeySet, PAGE, Part, crc32};
+use crate::format::{BLOCK, Cursor, Damage, EliasFano, HEADER_LEN, Header, HeaderError, KeySet, PAGE, Part, crc32};
 use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class};
 use crate::lanes::Flows;
 
@@ -396,9 +396,9 @@ pub struct ChunkView<'a> {
     rows: usize,
     first_packet: u64,
     base: u64,
-    wide: bool,
     pages: Lazy<'a, &'a [u8]>,
-    blocks: Lazy<'a, &'a [u8]>,
+    /// Stream offset of every block's first record, minus `base`.
+    blocks: Lazy<'a, EliasFano<'a>>,
     keys: KeyTable<'a>,
     flows: Lazy<'a, Flows<'a>>,
     /// `2·lane + direction` of every packet.
@@ -434,13 +434,10 @@ impl<'a> ChunkView<'a> {
         let rows = c.u32()? as usize;
         let first_packet = c.u64()?;
         let base = c.u64()?;
-        let width = c.u32()?;
+        c.u32()?;
         let parts = c.u32()? as usize;
         if n != e.packets as usize || first_packet != e.first_packet {
             return Err("chunk head differs from the directory".into());
-        }
-        if width != 4 && width != 8 {
-            return Err(format!("offset width {width}, expected 4 or 8"));
         }
         if parts != PARTS {
             return Err(format!("{parts} parts, expected {PARTS}"));
@@ -475,7 +472,6 @@ impl<'a> ChunkView<'a> {
             rows,
             first_packet,
             base,
-            wide: width == 8,
             pages,
             blocks,
             keys: KeyTable::new(rows, columns),
@@ -508,16 +504,16 @@ impl<'a> ChunkView<'a> {
             .copied()
     }
 
-    fn blocks_part(&self) -> Result<&'a [u8], Damage> {
-        let want = self.n.div_ceil(BLOCK) * if self.wide { 8 } else { 4 };
-        self.blocks
-            .get(
-                "block offsets",
-                |b| {
-                    if b.len() == want { Ok(b) } else { Err(format!("{} bytes for {want}", b.len())) }
-                },
-            )
-            .copied()
+    fn blocks_part(&self) -> Result<&EliasFano<'a>, Damage> {
+        let want = self.n.div_ceil(BLOCK);
+        self.blocks.get("block offsets", |b| {
+            let mut c = Cursor::new(b);
+            let ef = EliasFano::read(&mut c)?;
+            if ef.len() != want || !c.is_empty() {
+                return Err(format!("{} offsets in {} bytes for {want} blocks", ef.len(), b.len()));
+            }
+            Ok(ef)
+        })
     }
 
     fn flows(&self) -> Result<&Flows<'a>, Damage> {
@@ -627,13 +623,7 @@ impl<'a> ChunkView<'a> {
 
     /// Stream offset of the first record of block `b`.
     fn block_offset(&self, b: usize) -> Result<u64, Damage> {
-        let bytes = self.blocks_part()?;
-        Ok(if self.wide {
-            self.base + le64(bytes, b * 8)
-        } else {
-            let o = b * 4;
-            self.base + u64::from(u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]))
-        })
+        Ok(self.base.saturating_add(self.blocks_part()?.get(b)))
     }
 
     /// Which keys may satisfy `p`, remembered for the next asks.
@@ -1246,6 +1236,22 @@ impl<'a> IndexView<'a> {
         Ok((c.block_offset(b)?, end))
     }
 
+    /// Offset blocks in the index (a packet is read by walking from its block's first record).
+    pub fn blocks(&self) -> u64 {
+        self.chunks.iter().map(|c| c.n.div_ceil(BLOCK) as u64).sum()
+    }
+
+    /// Offset blocks that reading `sel` walks (the blocks holding its packets), without decoding their offsets.
+    pub fn blocks_to_read(&self, sel: &Selection) -> u64 {
+        sel.chunks
+            .iter()
+            .map(|(_, v)| {
+                let mut last = u32::MAX;
+                v.iter().filter(|&&i| std::mem::replace(&mut last, i / BLOCK as u32) != i / BLOCK as u32).count() as u64
+            })
+            .sum()
+    }
+
     /// Bytes of the trace that reading `sel` touches (the blocks holding its packets).
     pub fn bytes_to_read(&self, sel: &Selection) -> Result<u64, IndexError> {
         let mut sum = 0u64;
@@ -1263,6 +1269,28 @@ impl<'a> IndexView<'a> {
         Ok(sum)
     }
 
+    /// Checks that packet `i` of chunk `c`, read as `rec`, is the packet the index describes.
+    fn check_read(&self, c: &ChunkView<'_>, i: usize, rec: &Record<'_>, trace: &Path) -> Result<(), IndexError> {
+        let snap = self.file.header.snap as usize;
+        let fields = PacketFields::new(rec.linktype, &rec.data[..rec.data.len().min(snap)], rec.wirelen, rec.ts_ns);
+        if c.is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))? {
+            Ok(())
+        } else {
+            Err(self.stale(
+                trace,
+                format!(
+                    "packet {} at byte {} is not the packet the index describes",
+                    c.first_packet + i as u64,
+                    rec.offset
+                ),
+            ))
+        }
+    }
+
+    fn stale(&self, trace: &Path, why: String) -> IndexError {
+        IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why }
+    }
+
     /// Reads the packets of chunk `ci` at `positions` from the trace held in `data` (memory-mapped), checking
     /// that each is the packet the index describes. `f` gets each packet's index in the trace and its record.
     pub fn read_packets<'d>(
@@ -1275,8 +1303,6 @@ impl<'a> IndexView<'a> {
         f: &mut dyn FnMut(u64, Record<'d>) -> Result<(), IndexError>,
     ) -> Result<(), IndexError> {
         let c = &self.chunks[ci];
-        let stale = |why: String| IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why };
-        let snap = self.file.header.snap as usize;
         // The walk: the next record's offset and its position in the chunk.
         let mut at: Option<(u64, usize)> = None;
         for &i in positions {
@@ -1288,7 +1314,10 @@ impl<'a> IndexView<'a> {
             };
             let rec = loop {
                 let rec = seeker.next_record_at(data, off).map_err(|e| {
-                    stale(format!("no packet {} where the index places it ({e})", c.first_packet + j as u64))
+                    self.stale(
+                        trace,
+                        format!("no packet {} where the index places it ({e})", c.first_packet + j as u64),
+                    )
                 })?;
                 off = rec.offset + u64::from(rec.record_len);
                 j += 1;
@@ -1297,16 +1326,103 @@ impl<'a> IndexView<'a> {
                 }
             };
             at = Some((off, j));
-            let data_cut = &rec.data[..rec.data.len().min(snap)];
-            let fields = PacketFields::new(rec.linktype, data_cut, rec.wirelen, rec.ts_ns);
-            if !c.is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))? {
-                return Err(stale(format!(
-                    "packet {} at byte {} is not the packet the index describes",
-                    c.first_packet + i as u64,
-                    rec.offset
-                )));
-            }
+            self.check_read(c, i, &rec, trace)?;
             f(c.first_packet + i as u64, rec)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the packets of chunk `ci` at `positions` (ascending) from the uncompressed trace `file` by `pread`
+    /// into `window` (a buffer reused from call to call), checking that each is the packet the index describes.
+    /// For a few packets scattered over a large trace this is the cheaper way: each costs a read of a few KiB from
+    /// its block's first record, where touching it through a memory map costs a page fault (docs/BENCHMARKS.md).
+    /// `f` gets each packet's index in the trace and its record, which borrows `window` until `f` returns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_packets_at(
+        &self,
+        file: &std::fs::File,
+        seeker: &Seeker,
+        trace: &Path,
+        ci: usize,
+        positions: &[u32],
+        window: &mut Vec<u8>,
+        f: &mut dyn FnMut(u64, Record<'_>) -> Result<(), IndexError>,
+    ) -> Result<(), IndexError> {
+        use pcaptool_packet::Peek;
+        use std::os::unix::fs::FileExt;
+        let c = &self.chunks[ci];
+        let io = |e: std::io::Error| IndexError::io(trace, e);
+        // `window` holds the trace's bytes from `start` on.
+        let mut start = 0u64;
+        window.clear();
+        let fill = |window: &mut Vec<u8>, start: &mut u64, from: u64, len: usize| -> Result<(), IndexError> {
+            window.resize(len, 0);
+            let mut got = 0;
+            while got < len {
+                match file.read_at(&mut window[got..], from + got as u64) {
+                    Ok(0) => break,
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io(e)),
+                }
+            }
+            window.truncate(got);
+            *start = from;
+            Ok(())
+        };
+        let mut at: Option<(u64, usize)> = None;
+        for &i in positions {
+            let i = i as usize;
+            let b = i / BLOCK;
+            let (mut off, mut j) = match at {
+                Some((off, j)) if j <= i && j / BLOCK == b => (off, j),
+                _ => {
+                    // A first read from the block's start sized for the packets up to `i` as the block's length
+                    // divides them, and a little more (a short read is extended from where the walk stopped).
+                    let (s, e) = self.block_span(ci, b).map_err(|d| self.corrupt(d))?;
+                    let span = e.saturating_sub(s) as usize;
+                    let want = span / BLOCK * (i - b * BLOCK + 1) + span / (2 * BLOCK) + 256;
+                    fill(window, &mut start, s, want.min(span.max(256)))?;
+                    (s, b * BLOCK)
+                }
+            };
+            loop {
+                let inside = off >= start && off <= start + window.len() as u64;
+                let peek = if inside { seeker.peek_in(window, start, off) } else { Ok(Peek::Beyond(1)) };
+                let peek = peek.map_err(|e| {
+                    self.stale(
+                        trace,
+                        format!("no packet {} where the index places it ({e})", c.first_packet + j as u64),
+                    )
+                })?;
+                match peek {
+                    Peek::Record(rec) => {
+                        off = rec.offset + u64::from(rec.record_len);
+                        j += 1;
+                        if j > i {
+                            self.check_read(c, i, &rec, trace)?;
+                            f(c.first_packet + i as u64, rec)?;
+                            break;
+                        }
+                    }
+                    Peek::Skip(n) => off += n,
+                    Peek::Beyond(need) => {
+                        let before = (start, window.len());
+                        fill(window, &mut start, off, (need as usize).max(2048))?;
+                        if (start, window.len()) == before || (window.len() as u64) < need {
+                            return Err(self.stale(
+                                trace,
+                                format!(
+                                    "no packet {} where the index places it (the trace ends at byte {})",
+                                    c.first_packet + j as u64,
+                                    start + window.len() as u64
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            at = Some((off, j));
         }
         Ok(())
     }
@@ -1324,20 +1440,8 @@ impl<'a> IndexView<'a> {
         f: &mut dyn FnMut(u64, Record<'d>) -> Result<(), IndexError>,
     ) -> Result<(), IndexError> {
         let c = &self.chunks[ci];
-        let stale = |why: String| IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why };
-        let snap = self.file.header.snap as usize;
-        let check = |i: usize, rec: &Record<'_>| -> Result<(), IndexError> {
-            let fields = PacketFields::new(rec.linktype, &rec.data[..rec.data.len().min(snap)], rec.wirelen, rec.ts_ns);
-            if c.is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))? {
-                Ok(())
-            } else {
-                Err(stale(format!(
-                    "packet {} at byte {} is not the packet the index describes",
-                    c.first_packet + i as u64,
-                    rec.offset
-                )))
-            }
-        };
+        let stale = |why: String| self.stale(trace, why);
+        let check = |i: usize, rec: &Record<'_>| self.check_read(c, i, rec, trace);
         let mut off = c.block_offset(0).map_err(|d| self.corrupt(d))?;
         for i in 0..c.n {
             let rec = seeker.next_record_at(data, off).map_err(|e| {

@@ -51,8 +51,8 @@ pub use error::{ErrorKind, TraceError, WriteError};
 pub use fields::{Field, FieldValue, Need, PacketFields, Pred};
 pub use flow::{Direction, FlowKey};
 pub use read::{
-    Compression, FileFormat, Interface, MAX_SNAPLEN, ReadOptions, Record, Records, Seeker, TraceReader, TsResolution,
-    max_caplen,
+    Compression, FileFormat, Interface, MAX_SNAPLEN, Peek, ReadOptions, Record, Records, Seeker, TraceReader,
+    TsResolution, max_caplen,
 };
 pub use sys::MappedFile;
 pub use time::{Rfc3339, TimeParseError, parse_time};

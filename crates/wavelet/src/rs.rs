@@ -132,11 +132,15 @@ fn walk_directories(bits: &impl Words, len: usize, rate: usize, out: &mut impl D
         let zeros_before = (b * rate * 64).min(len) - ones;
         let mut block_ones = 0;
         let mut sub = 0u64;
-        for (j, w) in (b * rate..((b + 1) * rate).min(nwords)).enumerate() {
-            if st == 2 && j > 0 {
-                sub |= (block_ones as u64) << (9 * (j - 1));
+        if st == 2 {
+            for (j, w) in (b * rate..((b + 1) * rate).min(nwords)).enumerate() {
+                if j > 0 {
+                    sub |= (block_ones as u64) << (9 * (j - 1));
+                }
+                block_ones += bits.word(w).count_ones() as usize;
             }
-            block_ones += bits.word(w).count_ones() as usize;
+        } else {
+            block_ones = bits.count_ones_in(b * rate, ((b + 1) * rate).min(nwords));
         }
         if st == 2 {
             // Past the last word of a short final block the in-block count stays the block's total, so that

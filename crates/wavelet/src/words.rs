@@ -13,6 +13,10 @@ pub trait Words {
     fn size_in_bytes(&self) -> usize {
         self.num_words() * 8
     }
+    /// Ones in words `from..to` (`to <= num_words`).
+    fn count_ones_in(&self, from: usize, to: usize) -> usize {
+        (from..to).map(|i| self.word(i).count_ones() as usize).sum()
+    }
 }
 
 impl Words for Vec<u64> {
@@ -53,6 +57,12 @@ impl Words for LeBytes<'_> {
     #[inline(always)]
     fn num_words(&self) -> usize {
         self.0.len() / 8
+    }
+    fn count_ones_in(&self, from: usize, to: usize) -> usize {
+        self.0[from * 8..to * 8]
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]).count_ones() as usize)
+            .sum()
     }
     #[inline(always)]
     fn word(&self, i: usize) -> u64 {

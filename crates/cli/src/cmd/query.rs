@@ -246,8 +246,11 @@ pub(crate) fn execute(
     let view = if args.scan { None } else { view };
     let source = view.map(Source);
     let plan = pcaptool_query::plan::plan(filter, source.as_ref().map(|s| s as &dyn IndexSource));
+    // Counting an exact condition: the index decides every packet whose fields it knows; only the others are read
+    // (and the selection is not needed).
+    let counting = args.count && args.write.is_none() && plan.exact && !args.explain;
     let selection = match (view, &plan.index) {
-        (Some(v), Some(part)) if plan.use_index => Some(v.select(part).map_err(index_error)?),
+        (Some(v), Some(part)) if plan.use_index && !counting => Some(v.select(part).map_err(index_error)?),
         _ => None,
     };
     if args.explain {
@@ -298,11 +301,8 @@ pub(crate) fn execute(
         }
         (None, ..) => (None, None),
     };
-    // Counting an exact condition: the index decides every packet whose fields it knows; only the others are read.
     let counted = match (view, &plan.index) {
-        (Some(v), Some(part)) if args.count && args.write.is_none() && plan.exact => {
-            Some(v.count(part).map_err(index_error)?)
-        }
+        (Some(v), Some(part)) if counting => Some(v.count(part).map_err(index_error)?),
         _ => None,
     };
     let result = match (view, &counted, &selection) {
@@ -502,6 +502,35 @@ fn emit(
     Ok(left == 0)
 }
 
+/// Records copied out of a reused read buffer, kept until they are written.
+#[derive(Default)]
+struct Arena {
+    data: Vec<u8>,
+    records: Vec<(Record<'static>, std::ops::Range<usize>)>,
+}
+
+impl Arena {
+    fn push(&mut self, rec: &Record<'_>) {
+        let start = self.data.len();
+        self.data.extend_from_slice(rec.data);
+        let meta = Record {
+            ts_ns: rec.ts_ns,
+            has_ts: rec.has_ts,
+            wirelen: rec.wirelen,
+            iface: rec.iface,
+            linktype: rec.linktype,
+            offset: rec.offset,
+            record_len: rec.record_len,
+            data: &[],
+        };
+        self.records.push((meta, start..self.data.len()));
+    }
+
+    fn records(&self) -> Vec<Record<'_>> {
+        self.records.iter().map(|(m, r)| Record { data: &self.data[r.clone()], ..*m }).collect()
+    }
+}
+
 /// A pcap output written at precomputed offsets: each wave of chunks' matches is sized first, then every chunk's
 /// records are encoded and written at their place by its own thread.
 pub(crate) struct Positional {
@@ -681,11 +710,14 @@ fn indexed(
         Stats { scanned: view.packets(), matched: 0, candidates: Some(sel.count()), from_index: None, damage: None };
     let file = view.file();
     if let Some(bytes) = reader.as_bytes() {
-        // Few candidates are read page by page: the kernel's read-ahead for a sequential scan would cost more
-        // than the reads (measured on the needle benchmark).
-        if view.bytes_to_read(sel).map_err(index_error)?.saturating_mul(8) < bytes.len() as u64 {
-            reader.advise_scattered_reads();
-        }
+        // Few candidates over a large trace are read with `pread` from their blocks' first records (a read of a
+        // few KiB costs less than a page fault of the mapping, measured on the needle benchmark); many are read
+        // through the mapping.
+        let sparse = view.blocks_to_read(sel).saturating_mul(8) < view.blocks();
+        let trace_file = match sparse {
+            true => Some(File::open(&args.trace).with_context(|| format!("cannot open {}", args.trace.display()))?),
+            false => None,
+        };
         let seeker = index_seeker(bytes, view, &args.trace, matchers)?;
         let decide = matchers.decider();
         // The candidates in pieces of at most PIECE packets, read in parallel in waves of a bounded number of
@@ -696,21 +728,41 @@ fn indexed(
             sel.chunks.iter().flat_map(|(ci, positions)| positions.chunks(PIECE).map(move |p| (*ci, p))).collect();
         let per_wave = (rayon::current_num_threads().max(1) * 64).max(1);
         for wave in pieces.chunks(per_wave) {
-            let lists = wave
-                .par_iter()
-                .map(|(ci, positions)| {
-                    let mut hits = Vec::new();
-                    view.read_packets(bytes, &seeker, &args.trace, *ci, positions, &mut |_, rec| {
-                        let rec = cut(rec, snap);
-                        if decide(&rec) {
-                            hits.push(rec);
-                        }
-                        Ok(())
-                    })?;
-                    Ok(hits)
-                })
-                .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()?;
-            if emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), limit, &mut stats)? {
+            let done = if let Some(tf) = &trace_file {
+                let arenas = wave
+                    .par_iter()
+                    .map(|(ci, positions)| {
+                        let (mut arena, mut window) = (Arena::default(), Vec::new());
+                        view.read_packets_at(tf, &seeker, &args.trace, *ci, positions, &mut window, &mut |_, rec| {
+                            let rec = cut(rec, snap);
+                            if decide(&rec) {
+                                arena.push(&rec);
+                            }
+                            Ok(())
+                        })?;
+                        Ok(arena)
+                    })
+                    .collect::<Result<Vec<Arena>, pcaptool_index::IndexError>>()?;
+                let lists = arenas.iter().map(Arena::records).collect();
+                emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), limit, &mut stats)?
+            } else {
+                let lists = wave
+                    .par_iter()
+                    .map(|(ci, positions)| {
+                        let mut hits = Vec::new();
+                        view.read_packets(bytes, &seeker, &args.trace, *ci, positions, &mut |_, rec| {
+                            let rec = cut(rec, snap);
+                            if decide(&rec) {
+                                hits.push(rec);
+                            }
+                            Ok(())
+                        })?;
+                        Ok(hits)
+                    })
+                    .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()?;
+                emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), limit, &mut stats)?
+            };
+            if done {
                 break;
             }
         }

@@ -312,6 +312,42 @@ impl Seeker {
         }
     }
 
+    /// What lies at stream offset `offset`, read from `window`, which holds the stream's bytes from
+    /// `window_start` on (a buffer filled by `pread`, say, instead of a mapping of the whole file). `offset` must be
+    /// inside the window or at its end.
+    ///
+    /// ```
+    /// use pcaptool_packet::{LinkType, Peek, PcapWriter, Records, Seeker, TsPrecision};
+    /// let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano)?;
+    /// w.write_packet(5, 60, &[1u8; 60])?;
+    /// let file = w.finish()?;
+    /// let mut records = Records::new(&file).track_structure();
+    /// records.by_ref().for_each(drop);
+    /// let seeker = Seeker::new(&file, records.structure())?;
+    /// // A window holding the stream from byte 24 (the first record) on, cut short, then whole.
+    /// assert_eq!(seeker.peek_in(&file[24..50], 24, 24)?, Peek::Beyond(16 + 60));
+    /// match seeker.peek_in(&file[24..], 24, 24)? {
+    ///     Peek::Record(r) => assert_eq!((r.ts_ns, r.offset, r.data.len()), (5, 24, 60)),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_in<'a>(&self, window: &'a [u8], window_start: u64, offset: u64) -> Result<Peek<'a>, TraceError> {
+        let err = |kind| TraceError::new(self.path.clone(), offset, kind);
+        let i = self.states.partition_point(|s| s.0 <= offset).saturating_sub(1);
+        let buf = offset
+            .checked_sub(window_start)
+            .and_then(|d| usize::try_from(d).ok())
+            .and_then(|d| window.get(d..))
+            .unwrap_or(&[]);
+        match self.states[i].1.peek_record(buf).map_err(err)? {
+            Step::Record(m) => Ok(Peek::Record(make_record(&m, offset, buf))),
+            Step::Skip(n) => Ok(Peek::Skip(n as u64)),
+            Step::Need { needed, .. } => Ok(Peek::Beyond(needed as u64)),
+            Step::End => Ok(Peek::Beyond(1)),
+        }
+    }
+
     /// The first packet record at or after `offset`, skipping blocks that are not packets (statistics, name
     /// resolution, interface descriptions, a new section).
     pub fn next_record_at<'a>(&self, data: &'a [u8], offset: u64) -> Result<Record<'a>, TraceError> {
@@ -330,6 +366,19 @@ impl Seeker {
             }
         }
     }
+}
+
+/// What [`Seeker::peek_in`] found at an offset of a window of the capture stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peek<'a> {
+    /// A packet record, whole inside the window.
+    Record(Record<'a>),
+    /// A structure that is not a packet (a pcapng statistics, name resolution or interface block, a new section):
+    /// the next structure starts this many bytes further.
+    Skip(u64),
+    /// The structure continues past the window: it needs this many bytes from the offset (read more and ask
+    /// again; at the end of the stream this is a truncated capture).
+    Beyond(u64),
 }
 
 /// Options for [`TraceReader::open_with`].
