@@ -323,6 +323,33 @@ fn compressed_traces_are_indexed_and_queried() {
     }
 }
 
+/// Two independent builds agree: the mapped build (a serial walk handing batches of records to the pool) and the
+/// streaming build of the same trace gzip-compressed (one record at a time) write the same chunk bytes (the
+/// offsets of the decompressed stream are the plain file's), and the number of threads changes no byte.
+#[test]
+fn mapped_and_streaming_builds_write_the_same_chunks() {
+    let tmp = TempDir::new("index-same-chunks");
+    // Chunks of 16,384 packets are gathered from two batches of 8,192 (see `build::batch_len`); the last is partial.
+    let plain = tmp.join("plain.pcap");
+    let opt = GenOptions { packets: 30_000, seed: 4, ..GenOptions::default() };
+    std::fs::write(&plain, generate(Vec::new(), &opt).unwrap().0).unwrap();
+    let gz = tmp.join("trace.pcap.gz");
+    let mut w = Compressor::new(Vec::new(), Some(Compression::Gzip)).unwrap();
+    std::io::Write::write_all(&mut w, &std::fs::read(&plain).unwrap()).unwrap();
+    std::fs::write(&gz, w.finish().unwrap()).unwrap();
+    let chunks = |path: &Path, threads: &str| -> Vec<u8> {
+        let o = pcaptool(&["index", p(path), "--chunk-packets", "16384", "--threads", threads]);
+        assert!(o.status.success(), "{}", err(&o));
+        let b = std::fs::read(format!("{}.ptidx", p(path))).unwrap();
+        let dir = u64::from_le_bytes(b[60..68].try_into().unwrap()) as usize;
+        b[96..dir].to_vec()
+    };
+    let (one, many) = (chunks(&plain, "1"), chunks(&plain, "3"));
+    assert!(!one.is_empty());
+    assert!(one == many, "the thread count changed the index");
+    assert!(one == chunks(&gz, "2"), "the mapped and streaming builds differ");
+}
+
 /// `pcaptool shell`: loads the index once, then counts, writes and explains query after query; a bad filter is
 /// reported and the prompt goes on; answers equal `pcaptool query`'s.
 #[test]

@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{Compression, PacketFields, Record, Records, TraceError, TraceReader};
 use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RsBitVector, RsParams, WaveletMatrix};
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::IndexError;
 use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32, write_ef};
-use crate::keys::{KEY_FIELDS, Key, flags_code, key_of, len_class, pair_keys, shape_rank, write_column};
+use crate::keys::{KEY_FIELDS, Key, key_and_flags, len_class, pair_keys, shape_rank, write_column};
 use crate::lanes::{assign, write_flows};
 use crate::select::{CHUNK_HEAD, PARTS, shape_of};
 
@@ -91,6 +90,8 @@ struct ChunkInput {
     pages: Vec<(u64, u64)>,
     /// Stream offset of the first record of every block.
     blocks: Vec<u64>,
+    /// Stream offset just past the last record.
+    reached: u64,
 }
 
 impl ChunkInput {
@@ -143,78 +144,178 @@ fn cut<'a>(rec: &Record<'a>, snap: u32) -> &'a [u8] {
 /// A packet's key and shape (TCP flags code and wire-length class).
 fn facts_of_record(rec: &Record<'_>, snap: u32) -> (Key, u32) {
     let fields = PacketFields::new(rec.linktype, cut(rec, snap), rec.wirelen, rec.ts_ns);
-    (key_of(&fields), shape_of(flags_code(&fields), len_class(rec.wirelen)))
+    let (key, flags) = key_and_flags(&fields);
+    (key, shape_of(flags, len_class(rec.wirelen)))
 }
 
-/// The chunk of `recs`: keys read in parallel, interned per batch, then merged in packet order.
-fn chunk_of_records(first_packet: u64, recs: &[Record<'_>], snap: u32) -> ChunkInput {
-    type Part = (Vec<Key>, Vec<(u32, u32)>);
-    let parts: Vec<Part> = recs
-        .par_chunks(16_384)
-        .map(|part| {
-            let mut int = Interner::default();
-            let facts = part
-                .iter()
-                .map(|r| {
-                    let (k, shape) = facts_of_record(r, snap);
-                    (int.id(&k), shape)
-                })
-                .collect();
-            (int.keys, facts)
-        })
-        .collect();
-    let mut input = ChunkInput::new(first_packet);
-    input.ids.reserve(recs.len());
+/// How many records ahead of the one being read the key extraction prefetches headers.
+const PREFETCH_RECORDS: usize = 16;
+
+/// Records per batch: the walk hands the records on in batches whose facts are read in parallel. A batch is a
+/// whole number of pages (so of blocks) and divides the chunk, so that batches tile chunks.
+fn batch_len(chunk: usize) -> usize {
+    let pages = chunk / PAGE;
+    PAGE * (1usize << pages.trailing_zeros().min(3))
+}
+
+/// The facts of a batch of consecutive records, keys numbered in order of first appearance within the batch.
+fn batch_of(recs: &[Record<'_>], snap: u32) -> ChunkInput {
+    let mut input = ChunkInput::new(0);
     let mut int = Interner::default();
-    let mut recs = recs.iter();
-    for (keys, facts) in parts {
-        let global: Vec<u32> = keys.iter().map(|k| int.id(k)).collect();
-        for (id, shape) in facts {
-            let r = recs.next().expect("one record per id");
-            input.place(r.offset, r.ts_ns);
-            input.ids.push(global[id as usize]);
-            input.shapes.push(shape);
+    input.ids.reserve(recs.len());
+    input.shapes.reserve(recs.len());
+    for (i, r) in recs.iter().enumerate() {
+        // The records were walked a while ago: their headers are loaded again, a few records ahead.
+        if let Some(ahead) = recs.get(i + PREFETCH_RECORDS) {
+            ahead.prefetch_headers();
         }
+        input.place(r.offset, r.ts_ns);
+        let (k, shape) = facts_of_record(r, snap);
+        input.ids.push(int.id(&k));
+        input.shapes.push(shape);
+    }
+    input.reached = recs.last().map_or(0, |r| r.offset + u64::from(r.record_len));
+    input.keys = int.keys;
+    input
+}
+
+/// A chunk from its batches in order (batches tile pages, so their pages and blocks concatenate).
+fn chunk_of_batches(first_packet: u64, batches: Vec<ChunkInput>) -> ChunkInput {
+    let mut input = ChunkInput::new(first_packet);
+    let n = batches.iter().map(ChunkInput::len).sum();
+    input.ids.reserve(n);
+    input.shapes.reserve(n);
+    let mut int = Interner::default();
+    for b in batches {
+        let global: Vec<u32> = b.keys.iter().map(|k| int.id(k)).collect();
+        input.ids.extend(b.ids.iter().map(|&id| global[id as usize]));
+        input.shapes.extend_from_slice(&b.shapes);
+        input.blocks.extend_from_slice(&b.blocks);
+        input.pages.extend_from_slice(&b.pages);
+        input.reached = input.reached.max(b.reached);
     }
     input.keys = int.keys;
     input
 }
 
-/// Up to `inflight` chunks of `chunk` records from `recs`; fewer at the end of the trace or at damage (kept in
-/// `damage`).
-fn take_chunks<'a>(
+/// What the build's jobs hand back to the walking thread.
+enum Done<'a> {
+    /// Batch `seq`'s facts, and its record list to reuse.
+    Batch(usize, ChunkInput, Vec<Record<'a>>),
+    /// Chunk `seq` encoded, and the stream offset it reaches.
+    Chunk(usize, Encoded, u64),
+}
+
+/// The mapped trace's chunks, encoded and handed to `sink` in order. The walk over the records is serial (one
+/// record's length finds the next); it runs on the calling thread and hands batches of records to the pool, which
+/// reads their facts and encodes chunks meanwhile. Memory is bounded: at most `MAX_BATCHES` batches of records and
+/// `MAX_CHUNKS` chunks are in flight.
+fn build_mapped<'a>(
     recs: &mut Records<'a>,
-    damage: &mut Option<TraceError>,
-    inflight: usize,
     chunk: usize,
-) -> Vec<Vec<Record<'a>>> {
-    let mut group = Vec::new();
-    while group.len() < inflight && damage.is_none() {
-        let mut v = Vec::with_capacity(chunk);
-        for r in recs.by_ref() {
-            match r {
-                Ok(r) => {
-                    v.push(r);
-                    if v.len() == chunk {
-                        break;
+    snap: u32,
+    sink: &mut Sink,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Option<TraceError>, IndexError> {
+    use std::collections::BTreeMap;
+    use std::sync::mpsc;
+    let batch = batch_len(chunk);
+    let max_batches = 16;
+    let max_chunks = rayon::current_num_threads().clamp(2, 8);
+    let (tx, rx) = mpsc::channel::<Done<'a>>();
+    rayon::in_place_scope(|s| {
+        let mut damage = None;
+        let mut walked_all = false;
+        let mut pool: Vec<Vec<Record<'a>>> = Vec::new();
+        let (mut walked, mut batches_out) = (0usize, 0usize);
+        // Batches whose facts are back, by sequence number, and the chunk being gathered.
+        let mut facts: BTreeMap<usize, ChunkInput> = BTreeMap::new();
+        let (mut next_batch, mut gathered, mut gathered_len) = (0usize, Vec::new(), 0usize);
+        let (mut chunks, mut chunks_out, mut next_packet) = (0usize, 0usize, 0u64);
+        let mut encoded: BTreeMap<usize, (Encoded, u64)> = BTreeMap::new();
+        let mut next_chunk = 0usize;
+        loop {
+            // Walk the next batch while there is room for it.
+            if !walked_all && batches_out < max_batches && chunks_out < max_chunks {
+                let mut v = pool.pop().unwrap_or_else(|| Vec::with_capacity(batch));
+                v.clear();
+                for r in recs.by_ref() {
+                    match r {
+                        Ok(r) => {
+                            v.push(r);
+                            if v.len() == batch {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            damage = Some(e);
+                            break;
+                        }
                     }
                 }
-                Err(e) => {
-                    *damage = Some(e);
-                    break;
+                walked_all = v.len() < batch || damage.is_some();
+                if !v.is_empty() {
+                    let (tx, seq) = (tx.clone(), walked);
+                    walked += 1;
+                    batches_out += 1;
+                    s.spawn(move |_| {
+                        let f = batch_of(&v, snap);
+                        let _ = tx.send(Done::Batch(seq, f, v));
+                    });
                 }
             }
+            // Take what is back; wait only when nothing else can be done.
+            let can_walk = !walked_all && batches_out < max_batches && chunks_out < max_chunks;
+            let got = if can_walk {
+                rx.try_recv().ok()
+            } else if batches_out + chunks_out > 0 {
+                rx.recv().ok()
+            } else {
+                None
+            };
+            match got {
+                Some(Done::Batch(seq, f, v)) => {
+                    batches_out -= 1;
+                    pool.push(v);
+                    facts.insert(seq, f);
+                }
+                Some(Done::Chunk(seq, e, reached)) => {
+                    chunks_out -= 1;
+                    encoded.insert(seq, (e, reached));
+                }
+                None => {}
+            }
+            // Gather batches into chunks in order; encode each full chunk, and the last one.
+            loop {
+                let all_in = walked_all && next_batch == walked;
+                if gathered_len == chunk || (all_in && gathered_len > 0) {
+                    let (tx, seq, first) = (tx.clone(), chunks, next_packet);
+                    let parts = std::mem::take(&mut gathered);
+                    chunks += 1;
+                    chunks_out += 1;
+                    next_packet += gathered_len as u64;
+                    gathered_len = 0;
+                    s.spawn(move |_| {
+                        let input = chunk_of_batches(first, parts);
+                        let reached = input.reached;
+                        let _ = tx.send(Done::Chunk(seq, encode_chunk(input), reached));
+                    });
+                }
+                let Some(f) = facts.remove(&next_batch) else { break };
+                next_batch += 1;
+                gathered_len += f.len();
+                gathered.push(f);
+            }
+            while let Some((e, reached)) = encoded.remove(&next_chunk) {
+                next_chunk += 1;
+                sink.put(e)?;
+                progress(reached);
+            }
+            if walked_all && next_batch == walked && gathered.is_empty() && next_chunk == chunks {
+                return Ok(damage);
+            }
         }
-        if v.is_empty() {
-            break;
-        }
-        let full = v.len() == chunk;
-        group.push(v);
-        if !full {
-            break;
-        }
-    }
-    group
+    })
 }
 
 /// A chunk's bytes and what the directory says of it.
@@ -410,39 +511,7 @@ pub fn build(
         sink.w.write_all(&[0u8; HEADER_LEN]).map_err(|e| IndexError::io(&tmp, e))?;
         if let Some(bytes) = reader.as_bytes() {
             let mut recs = Records::new(bytes).with_path(trace).track_structure();
-            let inflight = rayon::current_num_threads().clamp(1, 8);
-            let mut damage = None;
-            let mut next_packet = 0u64;
-            // The walk over the records is serial; it takes the next chunks while the previous ones are encoded.
-            let mut group = take_chunks(&mut recs, &mut damage, inflight, chunk as usize);
-            while !group.is_empty() {
-                let last = damage.is_some() || group.last().is_some_and(|g| g.len() < chunk as usize);
-                let firsts: Vec<u64> = group
-                    .iter()
-                    .scan(next_packet, |n, g| {
-                        let f = *n;
-                        *n += g.len() as u64;
-                        Some(f)
-                    })
-                    .collect();
-                next_packet += group.iter().map(|g| g.len() as u64).sum::<u64>();
-                let (encoded, next) = rayon::join(
-                    || -> Vec<Encoded> {
-                        group
-                            .par_iter()
-                            .zip(firsts)
-                            .map(|(g, first)| encode_chunk(chunk_of_records(first, g, opts.snap)))
-                            .collect()
-                    },
-                    || if last { Vec::new() } else { take_chunks(&mut recs, &mut damage, inflight, chunk as usize) },
-                );
-                let reached = group.last().and_then(|g| g.last()).map_or(0, |r| r.offset);
-                for e in encoded {
-                    sink.put(e)?;
-                }
-                progress(reached);
-                group = next;
-            }
+            let damage = build_mapped(&mut recs, chunk as usize, opts.snap, &mut sink, progress)?;
             let stream_len = recs.position();
             Ok((recs.structure().to_vec(), damage, stream_len))
         } else {

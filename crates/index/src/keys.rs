@@ -100,23 +100,49 @@ pub(crate) fn class_decided(class: u32, pred: &Pred) -> bool {
 }
 
 /// The key of a packet.
+#[cfg(test)]
 pub(crate) fn key_of(fields: &PacketFields<'_>) -> Key {
-    let mut k = [0u8; KEY_BYTES];
-    let mut at = 0;
-    let all = fields.get_all();
-    for (i, f) in KEY_FIELDS.into_iter().enumerate() {
-        let w = width(f);
-        match all[i] {
-            FieldValue::Missing => k[at] = 0,
-            FieldValue::Unknown => k[at] = 1,
-            FieldValue::Value(v) => {
-                k[at] = 2;
-                k[at + 1..at + 1 + w].copy_from_slice(&v.to_be_bytes()[16 - w..]);
-            }
+    key_and_flags(fields).0
+}
+
+/// A packet's key and its TCP flags code ([`flags_code`]), with the link layer read once for both.
+pub(crate) fn key_and_flags(fields: &PacketFields<'_>) -> (Key, u32) {
+    const READ: [Field; 14] = {
+        let mut a = [Field::TcpFlags; 14];
+        let mut i = 0;
+        while i < KEY_FIELDS.len() {
+            a[i] = KEY_FIELDS[i];
+            i += 1;
         }
-        at += 1 + w;
+        a
+    };
+    let all = fields.get_many(READ);
+    let mut k = [0u8; KEY_BYTES];
+    // One call per field with its width and place known at compile time: each copy is a few moves.
+    macro_rules! put {
+        ($($i:literal)*) => {$(
+            put::<{ width(KEY_FIELDS[$i]) }>(&mut k, tag_at($i), all[$i]);
+        )*};
     }
-    k
+    const _: () = assert!(KEY_FIELDS.len() == 13, "one put per key field");
+    put!(0 1 2 3 4 5 6 7 8 9 10 11 12);
+    (k, code_of(all[KEY_FIELDS.len()]))
+}
+
+/// Writes a field's tag at `k[at]` and its value, `W` bytes big-endian, after it.
+#[inline(always)]
+fn put<const W: usize>(k: &mut Key, at: usize, v: FieldValue) {
+    match v {
+        FieldValue::Missing => k[at] = 0,
+        FieldValue::Unknown => k[at] = 1,
+        FieldValue::Value(v) => {
+            k[at] = 2;
+            let b = v.to_be_bytes();
+            let mut w = [0u8; W];
+            w.copy_from_slice(&b[16 - W..]);
+            k[at + 1..at + 1 + W].copy_from_slice(&w);
+        }
+    }
 }
 
 fn be(b: &[u8]) -> u128 {

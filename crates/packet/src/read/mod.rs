@@ -83,6 +83,15 @@ impl Record<'_> {
     pub fn is_truncated(&self) -> bool {
         self.caplen() < self.wirelen
     }
+
+    /// Asks the CPU to start loading the packet's first 128 bytes (where its headers are) into the cache: a hint
+    /// for code that reads the headers of many records some time after the walk that found them (a record in a
+    /// large mapped trace is otherwise one miss to memory each). Never faults, changes nothing observable.
+    #[inline(always)]
+    pub fn prefetch_headers(&self) {
+        prefetch(self.data, 0);
+        prefetch(self.data, 64);
+    }
 }
 
 #[inline]
