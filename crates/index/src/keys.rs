@@ -477,8 +477,9 @@ impl<'a> KeyTable<'a> {
         if k >= self.len() {
             return Ok(false);
         }
-        for f in KEY_FIELDS {
-            if self.value(k, f)? != fields.get(f) {
+        let values = fields.get_many(KEY_FIELDS);
+        for (f, v) in KEY_FIELDS.into_iter().zip(values) {
+            if self.value(k, f)? != v {
                 return Ok(false);
             }
         }

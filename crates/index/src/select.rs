@@ -389,6 +389,9 @@ impl<'a, T> Lazy<'a, T> {
     }
 }
 
+/// Blocks up to this many bytes are read whole by [`IndexView::read_packets_at`].
+const WHOLE_BLOCK_READ: usize = 16 << 10;
+
 /// One chunk of an index.
 #[derive(Debug)]
 pub struct ChunkView<'a> {
@@ -1377,12 +1380,18 @@ impl<'a> IndexView<'a> {
             let (mut off, mut j) = match at {
                 Some((off, j)) if j <= i && j / BLOCK == b => (off, j),
                 _ => {
-                    // A first read from the block's start sized for the packets up to `i` as the block's length
-                    // divides them, and a little more (a short read is extended from where the walk stopped).
+                    // One read of the whole block when it is small (a read costs about the same up to a few KiB,
+                    // and a second one costs a whole read); a large block is read as far as its length divided
+                    // evenly would place packet `i`, and a little more (a short read is extended from where the
+                    // walk stopped).
                     let (s, e) = self.block_span(ci, b).map_err(|d| self.corrupt(d))?;
                     let span = e.saturating_sub(s) as usize;
-                    let want = span / BLOCK * (i - b * BLOCK + 1) + span / (2 * BLOCK) + 256;
-                    fill(window, &mut start, s, want.min(span.max(256)))?;
+                    let want = if span <= WHOLE_BLOCK_READ {
+                        span
+                    } else {
+                        span / BLOCK * (i - b * BLOCK + 1) + span / (2 * BLOCK) + 256
+                    };
+                    fill(window, &mut start, s, want.clamp(256, span.max(256)))?;
                     (s, b * BLOCK)
                 }
             };
