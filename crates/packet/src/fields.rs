@@ -249,13 +249,19 @@ impl<'a> PacketFields<'a> {
     /// The values of `fields`, in their order (the link layer read once for all of them).
     #[inline]
     pub fn get_many<const N: usize>(&self, fields: [Field; N]) -> [FieldValue; N] {
-        let cx = self.context();
-        // A plain loop over a constant list unrolls, and each field's arm folds to its few loads.
+        let r = self.reader();
         let mut out = [FieldValue::Missing; N];
         for (o, f) in out.iter_mut().zip(fields) {
-            *o = self.get_in(f, cx);
+            *o = r.get(f);
         }
         out
+    }
+
+    /// A reader of this packet's fields with the link layer read once, for code that reads several fields one at a
+    /// time: a [`FieldReader::get`] of a field known at compile time folds to that field's few loads.
+    #[inline]
+    pub fn reader(&self) -> FieldReader<'_, 'a> {
+        FieldReader { fields: self, cx: self.context() }
     }
 
     /// The values of all fields, in the order of [`Field::ALL`] (faster than one [`get`](Self::get) each).
@@ -299,6 +305,21 @@ impl<'a> PacketFields<'a> {
             },
             _ => Missing,
         }
+    }
+}
+
+/// The fields of one packet with its link layer read (see [`PacketFields::reader`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FieldReader<'p, 'a> {
+    fields: &'p PacketFields<'a>,
+    cx: Option<Context>,
+}
+
+impl FieldReader<'_, '_> {
+    /// The value of `field` ([`PacketFields::get`]).
+    #[inline(always)]
+    pub fn get(&self, field: Field) -> FieldValue {
+        self.fields.get_in(field, self.cx)
     }
 }
 
@@ -485,5 +506,33 @@ mod tests {
         assert_eq!(p.get(Field::VlanId), FieldValue::Value(100));
         assert_eq!(p.get(Field::IpProto), FieldValue::Missing);
         assert_eq!(Field::Ip4Src.format(0x0a00_0001).to_string(), "10.0.0.1");
+    }
+
+    proptest::proptest! {
+        /// Every way of reading fields agrees with `get`, on frames of any bytes and length (the ether types,
+        /// IP versions and protocols that decide the fields are drawn from the interesting ones).
+        #[test]
+        fn every_reader_agrees_with_get(
+            mut frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            ether in proptest::sample::select(vec![0x0800u16, 0x86dd, 0x0806, 0x8100, 0x88a8, 0x1234]),
+            proto in proptest::sample::select(vec![6u8, 17, 132, 1]),
+            linktype in proptest::sample::select(vec![LinkType::ETHERNET, LinkType(101)]),
+        ) {
+            if frame.len() >= 14 {
+                frame[12..14].copy_from_slice(&ether.to_be_bytes());
+            }
+            for at in [20, 23] {
+                if frame.len() > at {
+                    frame[at] = proto;
+                }
+            }
+            let p = PacketFields::new(linktype, &frame, 99, 5);
+            let want: Vec<FieldValue> = Field::ALL.iter().map(|&f| p.get(f)).collect();
+            proptest::prop_assert_eq!(&p.get_all()[..], &want[..]);
+            proptest::prop_assert_eq!(&p.get_many(Field::ALL)[..], &want[..]);
+            let r = p.reader();
+            let read: Vec<FieldValue> = Field::ALL.iter().map(|&f| r.get(f)).collect();
+            proptest::prop_assert_eq!(read, want);
+        }
     }
 }

@@ -48,7 +48,7 @@ pub use decode::{
     decode_from,
 };
 pub use error::{ErrorKind, TraceError, WriteError};
-pub use fields::{Field, FieldValue, Need, PacketFields, Pred};
+pub use fields::{Field, FieldReader, FieldValue, Need, PacketFields, Pred};
 pub use flow::{Direction, FlowKey};
 pub use read::{
     Compression, FileFormat, Interface, MAX_SNAPLEN, Peek, ReadOptions, Record, Records, Seeker, TraceReader,
