@@ -247,7 +247,19 @@ impl SegmentWriter {
                 })
             })
         };
-        for (i, value) in fields.get_many(FIELDS).into_iter().enumerate() {
+        let r = fields.reader();
+        // Each field read on its own (a constant field folds to its loads; see `PacketFields::reader`).
+        let values = [
+            r.get(FIELDS[0]),
+            r.get(FIELDS[1]),
+            r.get(FIELDS[2]),
+            r.get(FIELDS[3]),
+            r.get(FIELDS[4]),
+            r.get(FIELDS[5]),
+            r.get(FIELDS[6]),
+            r.get(FIELDS[7]),
+        ];
+        for (i, value) in values.into_iter().enumerate() {
             match value {
                 FieldValue::Value(v) if i < 4 => {
                     if !endpoint(v, false) {
