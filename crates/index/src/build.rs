@@ -204,6 +204,18 @@ enum Done<'a> {
     Batch(usize, ChunkInput, Vec<Record<'a>>),
     /// Chunk `seq` encoded, and the stream offset it reaches.
     Chunk(usize, Encoded, u64),
+    /// A job panicked (a bug): the walking thread, which would otherwise wait for its result forever, panics too.
+    Panicked(Box<dyn std::any::Any + Send>),
+}
+
+/// Runs `job` and sends what it returns (`done` makes the message), or its panic.
+fn send_done<'a, T>(tx: &std::sync::mpsc::Sender<Done<'a>>, job: impl FnOnce() -> T, done: impl FnOnce(T) -> Done<'a>) {
+    let msg = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+        Ok(v) => done(v),
+        Err(p) => Done::Panicked(p),
+    };
+    // The receiver lives until every job has ended; a send fails only after the build gave up on an error.
+    let _ = tx.send(msg);
 }
 
 /// The mapped trace's chunks, encoded and handed to `sink` in order. The walk over the records is serial (one
@@ -259,8 +271,7 @@ fn build_mapped<'a>(
                     walked += 1;
                     batches_out += 1;
                     s.spawn(move |_| {
-                        let f = batch_of(&v, snap);
-                        let _ = tx.send(Done::Batch(seq, f, v));
+                        send_done(&tx, move || (batch_of(&v, snap), v), |(f, v)| Done::Batch(seq, f, v));
                     });
                 }
             }
@@ -283,6 +294,7 @@ fn build_mapped<'a>(
                     chunks_out -= 1;
                     encoded.insert(seq, (e, reached));
                 }
+                Some(Done::Panicked(p)) => std::panic::resume_unwind(p),
                 None => {}
             }
             // Gather batches into chunks in order; encode each full chunk, and the last one.
@@ -296,9 +308,15 @@ fn build_mapped<'a>(
                     next_packet += gathered_len as u64;
                     gathered_len = 0;
                     s.spawn(move |_| {
-                        let input = chunk_of_batches(first, parts);
-                        let reached = input.reached;
-                        let _ = tx.send(Done::Chunk(seq, encode_chunk(input), reached));
+                        send_done(
+                            &tx,
+                            || {
+                                let input = chunk_of_batches(first, parts);
+                                let reached = input.reached;
+                                (encode_chunk(input), reached)
+                            },
+                            |(e, reached)| Done::Chunk(seq, e, reached),
+                        );
                     });
                 }
                 let Some(f) = facts.remove(&next_batch) else { break };
@@ -603,4 +621,28 @@ pub fn build(
     };
     std::fs::rename(&tmp, index).map_err(|e| IndexError::io(index, e))?;
     Ok(BuildStats { packets, chunks, keys, index_bytes, trace_bytes: trace_len, damage })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_tile_pages_and_chunks() {
+        for pages in 1..=300usize {
+            let chunk = pages * PAGE;
+            let b = batch_len(chunk);
+            assert!(b.is_multiple_of(PAGE) && chunk.is_multiple_of(b) && b <= 8 * PAGE, "chunk {chunk}: batch {b}");
+        }
+        assert_eq!(batch_len(1 << 20), 8192);
+    }
+
+    #[test]
+    fn a_job_that_panics_is_reported_not_waited_for() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        send_done(&tx, || 7u64, |v| Done::Chunk(v as usize, encode_chunk(ChunkInput::new(0)), 0));
+        assert!(matches!(rx.recv(), Ok(Done::Chunk(7, ..))));
+        send_done(&tx, || -> u64 { panic!("a bug") }, |v| Done::Chunk(v as usize, encode_chunk(ChunkInput::new(0)), 0));
+        assert!(matches!(rx.recv(), Ok(Done::Panicked(_))));
+    }
 }
