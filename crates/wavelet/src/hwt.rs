@@ -338,17 +338,32 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
     }
 
     /// Position at level 0 of the element at position `p` of the level after `si`'s code ends.
-    fn lift(&self, si: usize, mut p: usize) -> usize {
+    fn lift(&self, si: usize, p: usize) -> usize {
+        self.lift_after(si, p, None)
+    }
+
+    /// [`lift`](Self::lift), given the selects of an earlier element of the same symbol (`prev[d]`: the select
+    /// argument and answer at level `d`), which it updates: each level's select then scans forward from the
+    /// earlier answer ([`BitVector::select_after`]).
+    fn lift_after(&self, si: usize, mut p: usize, mut prev: Option<&mut [(usize, usize); MAX_DEPTH]>) -> usize {
         let (code, len) = (self.code(si), self.code_len(si));
         for d in (0..len).rev() {
             let off = self.level(d, L_OFFSET);
             let ob = self.level(d, L_ONES_BEFORE);
-            let q = if code >> (len - 1 - d) & 1 == 1 {
-                self.bv.select1(ob + p - self.level(d, L_ZEROS))
-            } else {
-                self.bv.select0(off - ob + p)
+            let one = code >> (len - 1 - d) & 1 == 1;
+            let arg = if one { ob + p - self.level(d, L_ZEROS) } else { off - ob + p };
+            let q = match prev.as_deref_mut() {
+                Some(prev) if prev[d].0 < arg && prev[d].1 != usize::MAX => {
+                    self.bv.select_after(one, prev[d].0, prev[d].1, arg)
+                }
+                _ if one => self.bv.select1(arg),
+                _ => self.bv.select0(arg),
             };
-            p = q.expect("validated tree: the occurrence exists") - off;
+            let q = q.expect("validated tree: the occurrence exists");
+            if let Some(prev) = prev.as_deref_mut() {
+                prev[d] = (arg, q);
+            }
+            p = q - off;
         }
         p
     }
@@ -367,9 +382,16 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
         match self.find(c) {
             Some(si) => {
                 let start = self.slot_range(self.slot_index(si)).0;
-                Positions { wt: self, si, start, k: self.rank(c, l), end: self.rank(c, r) }
+                Positions {
+                    wt: self,
+                    si,
+                    start,
+                    k: self.rank(c, l),
+                    end: self.rank(c, r),
+                    prev: [(0, usize::MAX); MAX_DEPTH],
+                }
             }
-            None => Positions { wt: self, si: 0, start: 0, k: 0, end: 0 },
+            None => Positions { wt: self, si: 0, start: 0, k: 0, end: 0, prev: [(0, usize::MAX); MAX_DEPTH] },
         }
     }
 
@@ -400,6 +422,8 @@ pub struct Positions<'a, B, W> {
     start: usize,
     k: usize,
     end: usize,
+    /// Per level, the select argument and answer of the previous element (`usize::MAX`: none yet).
+    prev: [(usize, usize); MAX_DEPTH],
 }
 
 impl<B: BitVector, W: Words> Iterator for Positions<'_, B, W> {
@@ -409,7 +433,7 @@ impl<B: BitVector, W: Words> Iterator for Positions<'_, B, W> {
         if self.k >= self.end {
             return None;
         }
-        let p = self.wt.lift(self.si, self.start + self.k);
+        let p = self.wt.lift_after(self.si, self.start + self.k, Some(&mut self.prev));
         self.k += 1;
         Some(p)
     }

@@ -34,6 +34,13 @@ pub trait BitVector {
     fn select1(&self, k: usize) -> Option<usize>;
     /// Position of the `k`-th zero (from 0).
     fn select0(&self, k: usize) -> Option<usize>;
+    /// Position of the `k`-th one (`ones`) or zero, given that the `j`-th (`j < k`) is at `at`: the same answer as
+    /// [`select1`](Self::select1)/[`select0`](Self::select0), which a vector may find by scanning forward from
+    /// `at` when `k` is near `j` (iterating over consecutive occurrences).
+    fn select_after(&self, ones: bool, j: usize, at: usize, k: usize) -> Option<usize> {
+        let _ = (j, at);
+        if ones { self.select1(k) } else { self.select0(k) }
+    }
     /// Bytes used, directories included.
     fn size_in_bytes(&self) -> usize;
 }

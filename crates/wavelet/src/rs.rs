@@ -49,6 +49,9 @@ pub struct RsBitVector<W = Vec<u64>> {
     hints0: W,
 }
 
+/// Words [`RsBitVector`]'s `select_after` scans before it answers with a select instead.
+const SCAN_AFTER_WORDS: usize = 8;
+
 /// Words per rank sample: 2 (absolute count, packed in-block counts) when `rate <= 8`, else 1.
 #[inline(always)]
 fn stride(rate: usize) -> usize {
@@ -359,6 +362,34 @@ impl<W: Words> BitVector for RsBitVector<W> {
         self.select(k, false)
     }
 
+    /// Scans at most [`SCAN_AFTER_WORDS`] words forward from `at`, then falls back to a select.
+    fn select_after(&self, ones: bool, j: usize, at: usize, k: usize) -> Option<usize> {
+        let nwords = self.bits.num_words();
+        if j >= k || at >= self.len {
+            return self.select(k, ones);
+        }
+        let mut rem = k - j;
+        let mut w = at / 64;
+        let word = |w: usize| if ones { self.word(w) } else { !self.word(w) };
+        // The bits after `at` in its word.
+        let mut x = if at % 64 == 63 { 0 } else { word(w) & (!0u64 << (at % 64 + 1)) };
+        for _ in 0..SCAN_AFTER_WORDS {
+            let c = x.count_ones() as usize;
+            if rem <= c {
+                let p = w * 64 + select_in_word(x, (rem - 1) as u32) as usize;
+                // Past `len` only zeros of the last word's padding can be found: those are not bits.
+                return if p < self.len { Some(p) } else { None };
+            }
+            rem -= c;
+            w += 1;
+            if w >= nwords {
+                return None;
+            }
+            x = word(w);
+        }
+        self.select(k, ones)
+    }
+
     fn size_in_bytes(&self) -> usize {
         self.bits.size_in_bytes()
             + self.samples.size_in_bytes()
@@ -465,6 +496,19 @@ pub(crate) mod tests {
         }
         assert_eq!(b.select1(ones.len()), None);
         assert_eq!(b.select0(zeros.len()), None);
+        // select_after from every earlier one (zero) at a few distances, past the end included.
+        for (is_one, list) in [(true, &ones), (false, &zeros)] {
+            for (j, &at) in list.iter().enumerate() {
+                for d in [1, 2, 3, 64, 700, 5000] {
+                    let k = j + d;
+                    assert_eq!(
+                        b.select_after(is_one, j, at, k),
+                        list.get(k).copied(),
+                        "select_after({is_one}, {j}, {at}, {k})"
+                    );
+                }
+            }
+        }
     }
 
     pub(crate) fn bits_strategy() -> impl Strategy<Value = Vec<bool>> {
