@@ -301,7 +301,8 @@ fn query_section(bin: &Path, tcpdump: Option<&Path>, trace: &Path, n: u64, gb: f
 
 /// The index against tcpdump on a trace of `packets` packets (default 10M, over 2 GB): build time against one
 /// tcpdump filter pass, index size, a needle query (≤ 0.05% of the packets, a new process each time, so the index
-/// is loaded and checked each time) and a bulk query (≥ 40% of the bytes).
+/// is loaded and checked each time) and a bulk query (≥ 40% of the bytes). Times are the best of several runs
+/// (build and tcpdump 3, queries 5).
 fn index_section(packets: u64) -> anyhow::Result<()> {
     let dir = root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
@@ -322,10 +323,11 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
     println!();
     let index = PathBuf::from(format!("{}.ptidx", trace.display()));
     let _ = std::fs::remove_file(&index);
-    let t_build = command_time(1, Command::new(&bin).arg("index").arg(&trace))?;
+    // Best of three on both sides: this 2-core VM's timings swing by a quarter from run to run.
+    let t_build = command_time(3, Command::new(&bin).arg("index").arg(&trace))?;
     warm(&trace)?;
     let t_pass =
-        command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
+        command_time(3, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
     let index_bytes = std::fs::metadata(&index)?.len();
     println!("| measure | pcaptool | tcpdump | ratio | goal |");
     println!("|---|---|---|---|---|");
@@ -363,7 +365,7 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&out);
         let ours = command_time(5, Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["-w", "/dev/null"]))?;
         let theirs =
-            command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(filter))?;
+            command_time(3, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(filter))?;
         println!(
             "| {what} `{filter}`: {matched} packets ({:.4}% of packets, {:.1}% of bytes){} | {:.4} s | {:.2} s | {:.1}× | {goal} |",
             100.0 * matched as f64 / packets as f64,
