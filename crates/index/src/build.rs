@@ -151,6 +151,9 @@ fn facts_of_record(rec: &Record<'_>, snap: u32) -> (Key, u32) {
 /// How many records ahead of the one being read the key extraction prefetches headers.
 const PREFETCH_RECORDS: usize = 16;
 
+/// Batches of records the walk may have handed on and not had back.
+const MAX_BATCHES: usize = 16;
+
 /// Records per batch: the walk hands the records on in batches whose facts are read in parallel. A batch is a
 /// whole number of pages (so of blocks) and divides the chunk, so that batches tile chunks.
 fn batch_len(chunk: usize) -> usize {
@@ -220,8 +223,8 @@ fn send_done<'a, T>(tx: &std::sync::mpsc::Sender<Done<'a>>, job: impl FnOnce() -
 
 /// The mapped trace's chunks, encoded and handed to `sink` in order. The walk over the records is serial (one
 /// record's length finds the next); it runs on the calling thread and hands batches of records to the pool, which
-/// reads their facts and encodes chunks meanwhile. Memory is bounded: at most `MAX_BATCHES` batches of records and
-/// `MAX_CHUNKS` chunks are in flight.
+/// reads their facts and encodes chunks meanwhile. Memory is bounded: at most [`MAX_BATCHES`] batches of records
+/// and one chunk per thread (2 to 8) are in flight.
 fn build_mapped<'a>(
     recs: &mut Records<'a>,
     chunk: usize,
@@ -232,7 +235,7 @@ fn build_mapped<'a>(
     use std::collections::BTreeMap;
     use std::sync::mpsc;
     let batch = batch_len(chunk);
-    let max_batches = 16;
+    let max_batches = MAX_BATCHES;
     let max_chunks = rayon::current_num_threads().clamp(2, 8);
     let (tx, rx) = mpsc::channel::<Done<'a>>();
     rayon::in_place_scope(|s| {

@@ -154,7 +154,7 @@ const fn tag_at(i: usize) -> usize {
 
 /// The order of keys in a table: by shape (IPv4 without ports, IPv4 with ports, IPv6 with ports, IPv6 without,
 /// ARP, other, then keys with an unknown field), so that each field's present codes lie in one short range of
-/// rows and the rows outside it cost nothing ([`write_table`]); ties keep the order of first appearance.
+/// rows and the rows outside it cost nothing ([`write_column`]); ties keep the order of first appearance.
 pub(crate) fn shape_rank(k: &Key) -> u8 {
     let tag = |f: Field| k[tag_at(KEY_FIELDS.iter().position(|&x| x == f).unwrap_or(0))];
     let (ip4, ip6, ports, arp) =
