@@ -362,7 +362,7 @@ impl<W: Words> BitVector for RsBitVector<W> {
         self.select(k, false)
     }
 
-    /// Scans at most [`SCAN_AFTER_WORDS`] words forward from `at`, then falls back to a select.
+    /// Scans at most 8 words forward from `at`, then falls back to a select.
     fn select_after(&self, ones: bool, j: usize, at: usize, k: usize) -> Option<usize> {
         let nwords = self.bits.num_words();
         if j >= k || at >= self.len {
