@@ -389,6 +389,12 @@ impl<'a, T> Lazy<'a, T> {
     }
 }
 
+/// Where a walk to packet `i` of a chunk goes on from: the record after the last packet read (`at`: its offset
+/// and position), when that is in `i`'s block and not past `i`; `None`: from the block's first record.
+fn resume(at: Option<(u64, usize)>, i: usize) -> Option<(u64, usize)> {
+    at.filter(|&(_, j)| j <= i && j / BLOCK == i / BLOCK)
+}
+
 /// Blocks up to this many bytes are read whole by [`IndexView::read_packets_at`].
 const WHOLE_BLOCK_READ: usize = 16 << 10;
 
@@ -1294,6 +1300,11 @@ impl<'a> IndexView<'a> {
         IndexError::Stale { index: self.file.path.clone(), trace: trace.to_path_buf(), why }
     }
 
+    /// The trace holds no packet `j` of chunk `c` where the index places it.
+    fn misplaced(&self, trace: &Path, c: &ChunkView<'_>, j: usize, why: impl std::fmt::Display) -> IndexError {
+        self.stale(trace, format!("no packet {} where the index places it ({why})", c.first_packet + j as u64))
+    }
+
     /// Reads the packets of chunk `ci` at `positions` from the trace held in `data` (memory-mapped), checking
     /// that each is the packet the index describes. `f` gets each packet's index in the trace and its record.
     pub fn read_packets<'d>(
@@ -1311,17 +1322,12 @@ impl<'a> IndexView<'a> {
         for &i in positions {
             let i = i as usize;
             let b = i / BLOCK;
-            let (mut off, mut j) = match at {
-                Some((off, j)) if j <= i && j / BLOCK == b => (off, j),
-                _ => (c.block_offset(b).map_err(|d| self.corrupt(d))?, b * BLOCK),
+            let (mut off, mut j) = match resume(at, i) {
+                Some(at) => at,
+                None => (c.block_offset(b).map_err(|d| self.corrupt(d))?, b * BLOCK),
             };
             let rec = loop {
-                let rec = seeker.next_record_at(data, off).map_err(|e| {
-                    self.stale(
-                        trace,
-                        format!("no packet {} where the index places it ({e})", c.first_packet + j as u64),
-                    )
-                })?;
+                let rec = seeker.next_record_at(data, off).map_err(|e| self.misplaced(trace, c, j, e))?;
                 off = rec.offset + u64::from(rec.record_len);
                 j += 1;
                 if j > i {
@@ -1377,9 +1383,9 @@ impl<'a> IndexView<'a> {
         for &i in positions {
             let i = i as usize;
             let b = i / BLOCK;
-            let (mut off, mut j) = match at {
-                Some((off, j)) if j <= i && j / BLOCK == b => (off, j),
-                _ => {
+            let (mut off, mut j) = match resume(at, i) {
+                Some(at) => at,
+                None => {
                     // One read of the whole block when it is small (a read costs about the same up to a few KiB,
                     // and a second one costs a whole read); a large block is read as far as its length divided
                     // evenly would place packet `i`, and a little more (a short read is extended from where the
@@ -1398,12 +1404,7 @@ impl<'a> IndexView<'a> {
             loop {
                 let inside = off >= start && off <= start + window.len() as u64;
                 let peek = if inside { seeker.peek_in(window, start, off) } else { Ok(Peek::Beyond(1)) };
-                let peek = peek.map_err(|e| {
-                    self.stale(
-                        trace,
-                        format!("no packet {} where the index places it ({e})", c.first_packet + j as u64),
-                    )
-                })?;
+                let peek = peek.map_err(|e| self.misplaced(trace, c, j, e))?;
                 match peek {
                     Peek::Record(rec) => {
                         off = rec.offset + u64::from(rec.record_len);
@@ -1419,14 +1420,8 @@ impl<'a> IndexView<'a> {
                         let before = (start, window.len());
                         fill(window, &mut start, off, (need as usize).max(2048))?;
                         if (start, window.len()) == before || (window.len() as u64) < need {
-                            return Err(self.stale(
-                                trace,
-                                format!(
-                                    "no packet {} where the index places it (the trace ends at byte {})",
-                                    c.first_packet + j as u64,
-                                    start + window.len() as u64
-                                ),
-                            ));
+                            let end = start + window.len() as u64;
+                            return Err(self.misplaced(trace, c, j, format_args!("the trace ends at byte {end}")));
                         }
                     }
                 }
@@ -1449,13 +1444,10 @@ impl<'a> IndexView<'a> {
         f: &mut dyn FnMut(u64, Record<'d>) -> Result<(), IndexError>,
     ) -> Result<(), IndexError> {
         let c = &self.chunks[ci];
-        let stale = |why: String| self.stale(trace, why);
         let check = |i: usize, rec: &Record<'_>| self.check_read(c, i, rec, trace);
         let mut off = c.block_offset(0).map_err(|d| self.corrupt(d))?;
         for i in 0..c.n {
-            let rec = seeker.next_record_at(data, off).map_err(|e| {
-                stale(format!("no packet {} where the index places it ({e})", c.first_packet + i as u64))
-            })?;
+            let rec = seeker.next_record_at(data, off).map_err(|e| self.misplaced(trace, c, i, e))?;
             if i == 0 || i + 1 == c.n {
                 check(i, &rec)?;
             }
@@ -1465,7 +1457,9 @@ impl<'a> IndexView<'a> {
         if let Some(next) = self.chunks.get(ci + 1) {
             let next_start = next.block_offset(0).map_err(|d| self.corrupt(d))?;
             if off > next_start {
-                return Err(stale(format!("chunk of packet {} runs past the next chunk's start", c.first_packet)));
+                return Err(
+                    self.stale(trace, format!("chunk of packet {} runs past the next chunk's start", c.first_packet))
+                );
             }
         }
         Ok(())

@@ -25,11 +25,6 @@ impl Mapped {
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.0
     }
-
-    /// Drops the sequential-access hint (reads will be scattered); a hint only, failures change nothing.
-    pub(crate) fn advise_scattered(&self) {
-        let _ = self.0.advise(memmap2::Advice::Normal);
-    }
 }
 
 /// A whole file mapped read-only into memory, for readers of files that are written once and replaced by rename

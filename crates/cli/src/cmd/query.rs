@@ -222,7 +222,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let index_file = if args.scan || args.trace.as_os_str() == "-" { None } else { open_index(&args.trace, &reader)? };
     let view = match &index_file {
-        Some(f) => Some(f.view().map_err(|e| anyhow::anyhow!("{e}; or query with --scan"))?),
+        Some(f) => Some(f.view().map_err(index_error)?),
         None => None,
     };
     execute(&args, &filter, reader, view.as_ref())
@@ -657,7 +657,7 @@ fn index_damage(
 }
 
 /// An index error as the CLI reports it: with the way out.
-fn index_error(e: pcaptool_index::IndexError) -> anyhow::Error {
+pub(crate) fn index_error(e: pcaptool_index::IndexError) -> anyhow::Error {
     anyhow::anyhow!("{e}; or query with --scan")
 }
 
@@ -686,11 +686,9 @@ pub(crate) fn open_index(trace: &std::path::Path, reader: &TraceReader) -> anyho
     if !path.exists() {
         return Ok(None);
     }
-    let hint = "; or query with --scan";
-    let file = IndexFile::open(&path).map_err(|e| anyhow::anyhow!("{e}{hint}"))?;
+    let file = IndexFile::open(&path).map_err(index_error)?;
     let snap = u32::try_from(snapshot(reader)).unwrap_or(u32::MAX);
-    file.check_trace(trace, Some(compression_code(reader.compression())), snap)
-        .map_err(|e| anyhow::anyhow!("{e}{hint}"))?;
+    file.check_trace(trace, Some(compression_code(reader.compression())), snap).map_err(index_error)?;
     Ok(Some(file))
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     reader.read_header()?;
     let index_file = query::open_index(&trace, &reader)?;
     let view = match &index_file {
-        Some(f) => Some(f.view().map_err(|e| anyhow::anyhow!("{e}; or query with --scan"))?),
+        Some(f) => Some(f.view().map_err(query::index_error)?),
         None => None,
     };
     match (&index_file, &view) {

@@ -590,14 +590,6 @@ impl TraceReader {
         }
     }
 
-    /// Tells the kernel that the memory-mapped trace will be read at scattered places (an index's candidates)
-    /// rather than from start to end, so that a page fault does not read ahead far past the page. A hint only.
-    pub fn advise_scattered_reads(&self) {
-        if let Source::Bytes { data: Bytes::Mapped(m), .. } = &self.source {
-            m.advise_scattered();
-        }
-    }
-
     /// Reads the header (for pcapng, the blocks before the first packet) so that [`format`](Self::format) and
     /// [`interfaces`](Self::interfaces) are known, without consuming a record.
     pub fn read_header(&mut self) -> Result<(), TraceError> {
