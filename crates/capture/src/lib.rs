@@ -538,7 +538,15 @@ pub fn run(
             }));
         }
         drop(full_tx);
-        let mut w = Writer { sink, counters: &counters, control, free_tx: &free_tx, failure: None, taken: 0 };
+        let mut w = Writer {
+            sink,
+            counters: &counters,
+            control,
+            free_tx: &free_tx,
+            failure: None,
+            taken: 0,
+            unsettled: vec![(0, 0); counters.len()],
+        };
         write_loop(&full_rx, &mut w, nsockets, config.flush_every, started, &mut |flows| {
             events(Event::Stats(&summary(flows)))
         });
@@ -780,6 +788,9 @@ struct Writer<'a> {
     failure: Option<SinkError>,
     /// Packets handed to the sink, all interfaces (for the packet limit, without summing counters per packet).
     taken: u64,
+    /// Per interface, packets written and their bytes not yet added to `counters`: they are added once a batch
+    /// (an atomic addition per packet would cost more than storing it).
+    unsettled: Vec<(u64, u64)>,
 }
 
 impl Writer<'_> {
@@ -798,11 +809,12 @@ impl Writer<'_> {
         }
         let r = self.sink.packet(iface, ts, wirelen, &b.data[start..start + len]);
         // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
-        c.written.fetch_add(1, Ordering::Relaxed);
+        let u = &mut self.unsettled[iface as usize];
+        u.0 += 1;
         self.taken += 1;
         match r {
             Ok(()) => {
-                c.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                u.1 += len as u64;
             }
             Err(e) => {
                 self.failure = Some(e);
@@ -814,7 +826,19 @@ impl Writer<'_> {
         }
     }
 
-    fn recycle(&self, mut b: Batch) {
+    /// Adds the packets written since the last call to the shared counters.
+    fn settle(&mut self) {
+        for (c, u) in self.counters.iter().zip(&mut self.unsettled) {
+            if u.0 > 0 {
+                c.written.fetch_add(u.0, Ordering::Relaxed);
+                c.bytes.fetch_add(u.1, Ordering::Relaxed);
+                *u = (0, 0);
+            }
+        }
+    }
+
+    fn recycle(&mut self, mut b: Batch) {
+        self.settle();
         b.data.clear();
         b.pkts.clear();
         let _ = self.free_tx.send(b);
@@ -902,8 +926,10 @@ fn write_loop(
             last_flush = Instant::now();
         }
         if last_tick.elapsed() >= Duration::from_secs(1) {
+            w.settle();
             tick(w.sink.flows());
             last_tick = Instant::now();
         }
     }
+    w.settle();
 }

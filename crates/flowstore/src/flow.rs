@@ -7,8 +7,7 @@
 
 use std::net::IpAddr;
 
-use pcaptool_packet::{Decoded, Direction, FlowKey, IpProto, Transport};
-use rustc_hash::FxHashMap;
+use pcaptool_packet::{Decoded, Direction, FlowKey, FlowTuple, IpProto, LinkType, Transport, decode, plain_flow};
 
 /// Idle timeout of TCP flows, ns.
 pub const TCP_IDLE_NS: u64 = 300_000_000_000;
@@ -132,15 +131,147 @@ impl Flow {
     }
 }
 
-#[derive(Debug)]
-struct Live {
-    flow: Flow,
-    fin_orig: bool,
-    fin_resp: bool,
+/// Which segment slot holds a flow's packets: a segment writer's id (0: none yet) and the slot there. The flow
+/// table keeps one per flow so that the writer finds the slot without a lookup of its own.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) struct SlotCache {
+    pub(crate) writer: u64,
+    pub(crate) slot: u32,
+}
+
+/// A live flow: its key and the slot cache first (the cache line a lookup loads), then its counters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    tuple: FlowTuple,
+    pub(crate) cache: SlotCache,
+    pub(crate) id: u64,
+    first_ns: u64,
+    last_ns: u64,
     /// When the flow started (for the active timeout).
     started_ns: u64,
-    /// When the connection closed (both FINs or a RST), if it did.
-    closed_ns: Option<u64>,
+    /// When the connection closed (both FINs or a RST); `u64::MAX` while it has not.
+    closed_ns: u64,
+    orig: Side,
+    resp: Side,
+    pub(crate) orig_is_lo: bool,
+    fin_orig: bool,
+    fin_resp: bool,
+    pub(crate) state: ConnState,
+}
+
+impl Entry {
+    fn flow(&self) -> Flow {
+        Flow {
+            id: self.id,
+            key: FlowKey::from(self.tuple),
+            orig_is_lo: self.orig_is_lo,
+            first_ns: self.first_ns,
+            last_ns: self.last_ns,
+            orig: self.orig,
+            resp: self.resp,
+            state: self.state,
+        }
+    }
+}
+
+/// The live flows: entries in a vector, found through an open-addressing index (linear probing) of 8-byte
+/// slots, each the upper half of the key's hash and the entry's position + 1 (0: empty). A lookup reads the
+/// index (small enough to stay in cache) and then one entry. The hash is seeded per table, so that traffic
+/// cannot be crafted to collide.
+#[derive(Debug)]
+struct Table {
+    slots: Vec<u64>,
+    entries: Vec<Entry>,
+    seed: u64,
+}
+
+const MIN_SLOTS: usize = 1024;
+
+impl Default for Table {
+    fn default() -> Table {
+        use std::hash::{BuildHasher, Hasher};
+        let seed = std::collections::hash_map::RandomState::new().build_hasher().finish() | 1;
+        Table { slots: vec![0; MIN_SLOTS], entries: Vec::new(), seed }
+    }
+}
+
+/// The 64-bit folded multiply of a and b (the mixing step of foldhash and aHash).
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let m = u128::from(a) * u128::from(b);
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+impl Table {
+    #[inline]
+    fn hash(&self, t: &FlowTuple) -> u64 {
+        const K: [u64; 3] = [0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0];
+        let rest = u64::from(t.lo_port)
+            | u64::from(t.hi_port) << 16
+            | u64::from(t.vlan) << 32
+            | u64::from(t.proto) << 48
+            | u64::from(t.v6) << 56;
+        let a = fold(t.lo as u64 ^ self.seed, (t.lo >> 64) as u64 ^ K[0]);
+        let b = fold(t.hi as u64 ^ K[1], (t.hi >> 64) as u64 ^ K[2]);
+        fold(a ^ rest, b ^ self.seed)
+    }
+
+    /// The entry holding `t` (hashed to `h`), or the empty slot where it goes.
+    #[inline]
+    fn find(&self, h: u64, t: &FlowTuple) -> Result<usize, usize> {
+        let mask = self.slots.len() - 1;
+        let tag = h >> 32;
+        let mut i = h as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return Err(i);
+            }
+            if s >> 32 == tag {
+                let e = (s as u32 - 1) as usize;
+                if self.entries[e].tuple == *t {
+                    return Ok(e);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Adds `e` (hashed to `h`) at the empty slot `slot` that [`find`](Self::find) gave; returns its position.
+    fn insert(&mut self, slot: usize, h: u64, e: Entry) -> usize {
+        let at = self.entries.len();
+        self.entries.push(e);
+        self.slots[slot] = (h >> 32) << 32 | (at as u64 + 1);
+        if self.entries.len() * 2 > self.slots.len() {
+            self.rebuild(self.slots.len() * 2);
+        }
+        at
+    }
+
+    /// Rebuilds the index with `cap` slots (a power of two) after growing or removing entries.
+    fn rebuild(&mut self, cap: usize) {
+        self.slots.clear();
+        self.slots.resize(cap, 0);
+        let mask = cap - 1;
+        for at in 0..self.entries.len() {
+            let h = self.hash(&self.entries[at].tuple);
+            let mut i = h as usize & mask;
+            while self.slots[i] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = (h >> 32) << 32 | (at as u64 + 1);
+        }
+    }
+
+    /// Removes the entries `keep` refuses, in one pass, and rebuilds the index if any went.
+    fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) {
+        let before = self.entries.len();
+        self.entries.retain(|e| keep(e));
+        if self.entries.len() != before {
+            let cap = (self.entries.len() * 4).next_power_of_two().max(MIN_SLOTS);
+            self.rebuild(if cap < self.slots.len() / 4 { cap } else { self.slots.len() });
+        }
+    }
 }
 
 /// What [`FlowTracker::packet`] says of a packet.
@@ -163,12 +294,14 @@ pub struct Assigned {
 }
 
 /// Assigns packets to flows and keeps their records.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FlowTracker {
-    live: FxHashMap<FlowKey, Live>,
+    live: Table,
     next_id: u64,
     /// Flows that ended, waiting to be taken.
     done: Vec<Flow>,
+    /// Whether ended flows are kept for [`take_done`](Self::take_done).
+    keep_done: bool,
     last_sweep_ns: u64,
 }
 
@@ -182,10 +315,59 @@ fn payload_and_flags(d: &Decoded) -> (u64, u8) {
     }
 }
 
+/// What flow tracking needs of a packet: its flow's key and direction (`None`: no IP header), transport payload
+/// bytes, TCP flags, and whether the fast path read it ([`plain_flow`]: every address and port a filter reads
+/// from it is then one of the key's endpoints).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PacketFlow {
+    pub(crate) flow: Option<(FlowTuple, Direction)>,
+    pub(crate) payload: u64,
+    pub(crate) flags: u8,
+    pub(crate) plain: bool,
+}
+
+/// Reads what flow tracking needs of a packet: by [`plain_flow`] when it can, else by the decoder.
+#[inline]
+pub(crate) fn read_flow(linktype: LinkType, data: &[u8]) -> PacketFlow {
+    if let Some(p) = plain_flow(linktype, data) {
+        return PacketFlow { flow: Some((p.tuple, p.dir)), payload: u64::from(p.payload), flags: p.flags, plain: true };
+    }
+    let d = decode(linktype, data);
+    let (payload, flags) = payload_and_flags(&d);
+    match FlowKey::from_decoded(&d) {
+        Some((key, dir)) => PacketFlow { flow: Some((FlowTuple::from(key), dir)), payload, flags, plain: false },
+        None => PacketFlow { flow: None, payload, flags: 0, plain: false },
+    }
+}
+
+/// A packet of a flow, as the tracker accounts it (from [`plain_flow`](pcaptool_packet::plain_flow) or from
+/// the decoder).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlowPacket {
+    pub(crate) tuple: FlowTuple,
+    pub(crate) dir: Direction,
+    pub(crate) payload: u64,
+    pub(crate) flags: u8,
+    pub(crate) wirelen: u32,
+    pub(crate) ts_ns: u64,
+}
+
+impl Default for FlowTracker {
+    fn default() -> FlowTracker {
+        FlowTracker::new(0)
+    }
+}
+
 impl FlowTracker {
     /// A tracker whose first flow gets id `first_id`.
     pub fn new(first_id: u64) -> FlowTracker {
-        FlowTracker { next_id: first_id, ..FlowTracker::default() }
+        FlowTracker { live: Table::default(), next_id: first_id, done: Vec::new(), keep_done: true, last_sweep_ns: 0 }
+    }
+
+    /// A tracker that forgets flows once they end (for callers that keep records elsewhere):
+    /// [`take_done`](Self::take_done) is always empty and [`finish`](Self::finish) returns the live flows only.
+    pub fn forgetting(first_id: u64) -> FlowTracker {
+        FlowTracker { keep_done: false, ..FlowTracker::new(first_id) }
     }
 
     /// The id the next new flow gets.
@@ -195,88 +377,100 @@ impl FlowTracker {
 
     /// Accounts a packet (decoded as `d`, `wirelen` bytes on the wire, at `ts_ns`) to its flow.
     pub fn packet(&mut self, d: &Decoded, wirelen: u32, ts_ns: u64) -> Assigned {
+        let (payload, flags) = payload_and_flags(d);
+        let payload32 = payload.min(u64::from(u32::MAX)) as u32;
         let Some((key, dir)) = FlowKey::from_decoded(d) else {
-            let (payload, _) = payload_and_flags(d);
             return Assigned {
                 flow: None,
                 key: None,
                 from_orig: true,
                 orig_is_lo: true,
                 state: ConnState::Oth,
-                payload: payload.min(u64::from(u32::MAX)) as u32,
+                payload: payload32,
                 flags: 0,
             };
         };
+        let p = FlowPacket { tuple: FlowTuple::from(key), dir, payload, flags, wirelen, ts_ns };
+        let (e, from_orig) = self.account(&p);
+        Assigned {
+            flow: Some(e.id),
+            key: Some(key),
+            from_orig,
+            orig_is_lo: e.orig_is_lo,
+            state: e.state,
+            payload: payload32,
+            flags,
+        }
+    }
+
+    /// Accounts a packet to its flow; returns the flow's entry and whether the packet went from the originator.
+    #[inline]
+    pub(crate) fn account(&mut self, p: &FlowPacket) -> (&mut Entry, bool) {
+        let ts_ns = p.ts_ns;
         self.sweep(ts_ns);
-        let (payload, flags) = payload_and_flags(d);
-        let is_tcp = key.proto == IpProto::TCP;
+        let is_tcp = p.tuple.proto == IpProto::TCP.0;
         let idle = if is_tcp { TCP_IDLE_NS } else { OTHER_IDLE_NS };
-        let opens = is_tcp && flags & 0x12 == 0x02;
-        let next_id = &mut self.next_id;
-        let fresh = |next_id: &mut u64| {
-            let id = *next_id;
-            *next_id += 1;
-            Live {
-                flow: Flow {
-                    id,
-                    key,
-                    orig_is_lo: dir == Direction::LoToHi,
-                    first_ns: ts_ns,
-                    last_ns: ts_ns,
-                    orig: Side::default(),
-                    resp: Side::default(),
-                    state: ConnState::Oth,
-                },
-                fin_orig: false,
-                fin_resp: false,
-                started_ns: ts_ns,
-                closed_ns: None,
-            }
+        let opens = is_tcp && p.flags & 0x12 == 0x02;
+        let fresh = |id: u64| Entry {
+            tuple: p.tuple,
+            cache: SlotCache::default(),
+            id,
+            first_ns: ts_ns,
+            last_ns: ts_ns,
+            started_ns: ts_ns,
+            closed_ns: u64::MAX,
+            orig: Side::default(),
+            resp: Side::default(),
+            orig_is_lo: p.dir == Direction::LoToHi,
+            fin_orig: false,
+            fin_resp: false,
+            state: ConnState::Oth,
         };
-        // One hash lookup: an expired flow is replaced in place by the new one.
-        let l = match self.live.entry(key) {
-            std::collections::hash_map::Entry::Occupied(o) => {
-                let l = o.into_mut();
-                let expired = l.closed_ns.is_some_and(|c| opens || ts_ns.saturating_sub(c) > CLOSE_DELAY_NS)
-                    || ts_ns.saturating_sub(l.flow.last_ns) > idle
+        let h = self.live.hash(&p.tuple);
+        let at = match self.live.find(h, &p.tuple) {
+            Ok(at) => {
+                let l = &mut self.live.entries[at];
+                let expired = (l.closed_ns != u64::MAX
+                    && (opens || ts_ns.saturating_sub(l.closed_ns) > CLOSE_DELAY_NS))
+                    || ts_ns.saturating_sub(l.last_ns) > idle
                     || ts_ns.saturating_sub(l.started_ns) > ACTIVE_NS;
                 if expired {
-                    let old = std::mem::replace(l, fresh(next_id));
-                    self.done.push(old.flow);
+                    // An expired flow is replaced in place by the new one.
+                    if self.keep_done {
+                        self.done.push(l.flow());
+                    }
+                    *l = fresh(self.next_id);
+                    self.next_id += 1;
                 }
-                l
+                at
             }
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(fresh(next_id)),
+            Err(slot) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.live.insert(slot, h, fresh(id))
+            }
         };
-        let from_orig = (dir == Direction::LoToHi) == l.flow.orig_is_lo;
-        let f = &mut l.flow;
-        f.first_ns = f.first_ns.min(ts_ns);
-        f.last_ns = f.last_ns.max(ts_ns);
-        let side = if from_orig { &mut f.orig } else { &mut f.resp };
+        let l = &mut self.live.entries[at];
+        let from_orig = (p.dir == Direction::LoToHi) == l.orig_is_lo;
+        l.first_ns = l.first_ns.min(ts_ns);
+        l.last_ns = l.last_ns.max(ts_ns);
+        let side = if from_orig { &mut l.orig } else { &mut l.resp };
         side.packets += 1;
-        side.bytes += u64::from(wirelen);
-        side.payload += payload;
-        side.flags |= flags;
+        side.bytes += u64::from(p.wirelen);
+        side.payload += p.payload;
+        side.flags |= p.flags;
         if is_tcp {
             const FIN: u8 = 0x01;
             const RST: u8 = 0x04;
-            if flags & FIN != 0 {
+            if p.flags & FIN != 0 {
                 if from_orig { l.fin_orig = true } else { l.fin_resp = true }
             }
-            l.flow.state = tcp_state(&l.flow, l.fin_orig, l.fin_resp);
-            if l.closed_ns.is_none() && (flags & RST != 0 || (l.fin_orig && l.fin_resp)) {
-                l.closed_ns = Some(ts_ns);
+            l.state = tcp_state(l.orig.flags, l.resp.flags, l.fin_orig, l.fin_resp);
+            if l.closed_ns == u64::MAX && (p.flags & RST != 0 || (l.fin_orig && l.fin_resp)) {
+                l.closed_ns = ts_ns;
             }
         }
-        Assigned {
-            flow: Some(l.flow.id),
-            key: Some(key),
-            from_orig,
-            orig_is_lo: l.flow.orig_is_lo,
-            state: l.flow.state,
-            payload: payload.min(u64::from(u32::MAX)) as u32,
-            flags,
-        }
+        (l, from_orig)
     }
 
     /// Ends flows idle for longer than their timeout at `now` (checked at most once a second of trace time).
@@ -285,25 +479,20 @@ impl FlowTracker {
             return;
         }
         self.last_sweep_ns = now;
-        let done = &mut self.done;
-        self.live.retain(|k, l| {
-            let idle = if k.proto == IpProto::TCP { TCP_IDLE_NS } else { OTHER_IDLE_NS };
-            let keep = now.saturating_sub(l.flow.last_ns) <= idle;
-            if !keep {
-                done.push(l.flow);
+        let (done, keep_done) = (&mut self.done, self.keep_done);
+        self.live.retain(|l| {
+            let idle = if l.tuple.proto == IpProto::TCP.0 { TCP_IDLE_NS } else { OTHER_IDLE_NS };
+            let keep = now.saturating_sub(l.last_ns) <= idle;
+            if !keep && keep_done {
+                done.push(l.flow());
             }
             keep
         });
     }
 
     /// Every live flow's record (for a segment that closes while they go on).
-    pub fn live_flows(&self) -> impl Iterator<Item = &Flow> {
-        self.live.values().map(|l| &l.flow)
-    }
-
-    /// Forgets the flows that ended (for callers that keep records elsewhere; otherwise they pile up).
-    pub fn discard_done(&mut self) {
-        self.done.clear();
+    pub fn live_flows(&self) -> impl Iterator<Item = Flow> + '_ {
+        self.live.entries.iter().map(Entry::flow)
     }
 
     /// Takes the flows that ended since the last call.
@@ -311,19 +500,19 @@ impl FlowTracker {
         std::mem::take(&mut self.done)
     }
 
-    /// Ends every flow (the end of the input) and returns all the ended flows not yet taken.
+    /// Ends every flow (the end of the input) and returns all the ended flows not yet taken, in id order.
     pub fn finish(&mut self) -> Vec<Flow> {
         let mut done = std::mem::take(&mut self.done);
-        done.extend(self.live.drain().map(|(_, l)| l.flow));
+        done.extend(self.live.entries.drain(..).map(|l| l.flow()));
+        self.live.rebuild(MIN_SLOTS);
         done.sort_by_key(|f| f.id);
         done
     }
 }
 
-fn tcp_state(f: &Flow, fin_orig: bool, fin_resp: bool) -> ConnState {
+fn tcp_state(o: u8, r: u8, fin_orig: bool, fin_resp: bool) -> ConnState {
     const SYN: u8 = 0x02;
     const RST: u8 = 0x04;
-    let (o, r) = (f.orig.flags, f.resp.flags);
     let syn = o & SYN != 0;
     let synack = r & SYN != 0;
     if !syn {
@@ -354,6 +543,67 @@ fn tcp_state(f: &Flow, fin_orig: bool, fin_resp: bool) -> ConnState {
 mod tests {
     use super::*;
     use pcaptool_packet::{LinkType, decode};
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn entry(tuple: FlowTuple, id: u64) -> Entry {
+        Entry {
+            tuple,
+            cache: SlotCache::default(),
+            id,
+            first_ns: 0,
+            last_ns: 0,
+            started_ns: 0,
+            closed_ns: u64::MAX,
+            orig: Side::default(),
+            resp: Side::default(),
+            orig_is_lo: true,
+            fin_orig: false,
+            fin_resp: false,
+            state: ConnState::Oth,
+        }
+    }
+
+    proptest! {
+        /// The table finds what was put in and nothing else, through growth, removals and shrinking, with
+        /// keys that differ in one field only.
+        #[test]
+        fn the_flow_table_is_a_map(ops in prop::collection::vec((0u8..8, 0u32..3000), 1..3000)) {
+            let mut t = Table::default();
+            let mut m: HashMap<FlowTuple, u64> = HashMap::new();
+            for (i, &(op, k)) in ops.iter().enumerate() {
+                let tuple = match k % 4 {
+                    0 => FlowTuple { lo: u128::from(k), ..FlowTuple::default() },
+                    1 => FlowTuple { hi: u128::from(k) << 64, v6: 2, ..FlowTuple::default() },
+                    2 => FlowTuple { lo_port: k as u16, proto: 6, ..FlowTuple::default() },
+                    _ => FlowTuple { vlan: k as u16, hi_port: 1, ..FlowTuple::default() },
+                };
+                let h = t.hash(&tuple);
+                if op < 7 {
+                    match t.find(h, &tuple) {
+                        Ok(at) => prop_assert_eq!(Some(&t.entries[at].id), m.get(&tuple)),
+                        Err(slot) => {
+                            prop_assert!(!m.contains_key(&tuple));
+                            t.insert(slot, h, entry(tuple, i as u64));
+                            m.insert(tuple, i as u64);
+                        }
+                    }
+                } else {
+                    // Remove most entries now and then, so that the index shrinks too.
+                    let keep = u64::from(k % 5);
+                    t.retain(|e| e.id % 5 == keep);
+                    m.retain(|_, id| *id % 5 == keep);
+                }
+                prop_assert!(t.entries.len() * 2 <= t.slots.len());
+            }
+            prop_assert_eq!(t.entries.len(), m.len());
+            for (tuple, id) in &m {
+                let at = t.find(t.hash(tuple), tuple);
+                prop_assert!(at.is_ok());
+                prop_assert_eq!(t.entries[at.unwrap_or(0)].id, *id);
+            }
+        }
+    }
 
     fn tcp(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, flags: u8, payload: usize) -> Vec<u8> {
         let mut f = vec![0u8; 14 + 20 + 20 + payload];

@@ -9,15 +9,17 @@ use std::io::{BufWriter, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use pcaptool_packet::{
-    Field, FieldValue, FlowKey, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
+    Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
+    prefetch, prefetch_item,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bloom::Bloom;
 use crate::error::StoreError;
-use crate::flow::{ConnState, Flow, Side};
+use crate::flow::{ConnState, Flow, Side, SlotCache};
 use crate::stage2::{self, Bytes, Frame, SlotIn};
 pub use crate::stage2::{FlowEntry, Stage2};
 
@@ -59,7 +61,10 @@ pub struct PacketIn<'a> {
     /// Captured bytes.
     pub data: &'a [u8],
     /// Its flow: id, key, whether the originator is the key's `lo` side, and the flow's state now.
-    pub flow: Option<(u64, FlowKey, bool, ConnState)>,
+    pub flow: Option<(u64, FlowTuple, bool, ConnState)>,
+    /// Whether every address and port a filter reads from the packet is absent or an endpoint of its flow's key
+    /// (as [`plain_flow`](pcaptool_packet::plain_flow) guarantees), so that the writer need not read them.
+    pub fields_in_key: bool,
     /// Whether it went from the originator.
     pub from_orig: bool,
     /// Transport payload bytes.
@@ -68,14 +73,19 @@ pub struct PacketIn<'a> {
     pub flags: u8,
 }
 
+/// A packet held by a writer: where its bytes are in the buffer, and what its slot's flow record needs.
 #[derive(Clone, Copy, Debug)]
 struct Pending {
-    slot: u32,
     seq: u64,
     ts_ns: u64,
-    wirelen: u32,
     at: usize,
+    slot: u32,
     len: u32,
+    wirelen: u32,
+    payload: u32,
+    flags: u8,
+    state: ConnState,
+    from_orig: bool,
 }
 
 /// The flows of a segment: per slot its flow (slot 0: packets of no flow).
@@ -93,6 +103,8 @@ pub(crate) struct Spare(Vec<u8>, Vec<Pending>);
 /// Accumulates a segment's packets and writes it when closed.
 #[derive(Debug)]
 pub struct SegmentWriter {
+    /// Unique in the process (never 0), for the flow table's [`SlotCache`]s.
+    id: u64,
     meta: StoreMeta,
     iface_name: String,
     buf: Vec<u8>,
@@ -167,7 +179,9 @@ impl SegmentWriter {
             end -= 1;
         }
         let iface_name = iface_name[..end].to_string();
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         SegmentWriter {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             meta,
             iface_name,
             buf: spare.0,
@@ -202,30 +216,58 @@ impl SegmentWriter {
 
     /// Adds a packet.
     pub fn push(&mut self, p: &PacketIn<'_>) {
+        self.push_cached(p, &mut SlotCache::default());
+    }
+
+    /// [`push`](Self::push), with the flow's slot cache from the flow table: when it names this writer, its slot
+    /// is the flow's, and when not, it is set.
+    #[inline]
+    pub(crate) fn push_cached(&mut self, p: &PacketIn<'_>, cache: &mut SlotCache) {
         let slot = match p.flow {
             None => 0,
-            Some((id, key, orig_is_lo, _)) => *self.slot_of.entry(id).or_insert_with(|| {
-                self.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1 });
-                self.addrs.insert(addr_key(key.lo_addr));
-                self.addrs.insert(addr_key(key.hi_addr));
-                self.ports.insert(key.lo_port);
-                self.ports.insert(key.hi_port);
-                (self.slots.len() - 1) as u32
-            }),
+            Some(_) if cache.writer == self.id => cache.slot,
+            Some((id, tuple, orig_is_lo, _)) => {
+                let slot = self.slot_of_flow(id, tuple, orig_is_lo);
+                *cache = SlotCache { writer: self.id, slot };
+                slot
+            }
         };
-        let f = &mut self.slots[slot as usize].flow;
-        f.first_ns = f.first_ns.min(p.ts_ns);
-        f.last_ns = f.last_ns.max(p.ts_ns);
-        if let Some((.., state)) = p.flow {
-            f.state = state;
+        if !p.fields_in_key {
+            self.note_fields(p);
         }
-        let side = if p.from_orig { &mut f.orig } else { &mut f.resp };
-        side.packets += 1;
-        side.bytes += u64::from(p.wirelen);
-        side.payload += u64::from(p.payload);
-        side.flags |= p.flags;
-        // Every address and port value a filter could test on this packet, as the filter reads it, so that
-        // stage 1 never rules out a segment holding a match. Most equal the flow's endpoints, inserted with the flow.
+        self.packets.push(Pending {
+            seq: p.seq,
+            ts_ns: p.ts_ns,
+            at: self.buf.len(),
+            slot,
+            len: p.data.len() as u32,
+            wirelen: p.wirelen,
+            payload: p.payload,
+            flags: p.flags,
+            state: p.flow.map_or(ConnState::Oth, |f| f.3),
+            from_orig: p.from_orig,
+        });
+        self.buf.extend_from_slice(p.data);
+    }
+
+    /// The slot of flow `id`, new if the flow has none yet (its endpoints then go into the Bloom filters' sets).
+    #[cold]
+    fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
+        *self.slot_of.entry(id).or_insert_with(|| {
+            let key = FlowKey::from(tuple);
+            self.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1 });
+            self.addrs.insert(addr_key(key.lo_addr));
+            self.addrs.insert(addr_key(key.hi_addr));
+            self.ports.insert(key.lo_port);
+            self.ports.insert(key.hi_port);
+            (self.slots.len() - 1) as u32
+        })
+    }
+
+    /// Puts every address and port value a filter could test on this packet, as the filter reads it, into the
+    /// Bloom filters' sets, so that stage 1 never rules out a segment holding a match. Most equal the flow's
+    /// endpoints, inserted with the flow.
+    fn note_fields(&mut self, p: &PacketIn<'_>) {
         let fields = PacketFields::new(self.meta.linktype, p.data, p.wirelen, p.ts_ns);
         const FIELDS: [Field; 8] = [
             Field::Ip4Src,
@@ -240,12 +282,7 @@ impl SegmentWriter {
         let key = p.flow.map(|f| f.1);
         // Whether `v` is one of the flow's endpoint addresses of the same family (`v6`).
         let endpoint = |v: u128, v6: bool| {
-            key.is_some_and(|k| {
-                [k.lo_addr, k.hi_addr].iter().any(|a| match a {
-                    IpAddr::V4(x) => !v6 && u128::from(u32::from(*x)) == v,
-                    IpAddr::V6(x) => v6 && u128::from(*x) == v,
-                })
-            })
+            key.is_some_and(|k| (k.lo == v && (k.v6 & 1 != 0) == v6) || (k.hi == v && (k.v6 & 2 != 0) == v6))
         };
         let r = fields.reader();
         // Each field read on its own (a constant field folds to its loads; see `PacketFields::reader`).
@@ -280,15 +317,6 @@ impl SegmentWriter {
                 FieldValue::Missing => {}
             }
         }
-        self.packets.push(Pending {
-            slot,
-            seq: p.seq,
-            ts_ns: p.ts_ns,
-            wirelen: p.wirelen,
-            at: self.buf.len(),
-            len: p.data.len() as u32,
-        });
-        self.buf.extend_from_slice(p.data);
     }
 
     /// Writes the segment as `seg-NUMBER` in `dir` (see the module documentation); returns its stage 1.
@@ -355,24 +383,44 @@ impl SegmentWriter {
             order[next[p.slot as usize] as usize] = i as u32;
             next[p.slot as usize] += 1;
         }
-        let file = File::create(data_tmp).map_err(|e| StoreError::io(data_tmp, e))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
         let io = |e| StoreError::io(data_tmp, e);
+        let mut w = DataOut::create(data_tmp).map_err(io)?;
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
         h[4..6].copy_from_slice(&2u16.to_le_bytes());
         h[6..8].copy_from_slice(&4u16.to_le_bytes());
         h[16..20].copy_from_slice(&self.meta.snaplen.to_le_bytes());
         h[20..24].copy_from_slice(&self.meta.linktype.0.to_le_bytes());
-        w.write_all(&h).map_err(io)?;
+        w.put(&h).map_err(io)?;
         let mut at = 24u64;
         let nslots = self.slots.len();
         let mut spans = vec![(0u64, 0u32, 0u64); nslots]; // data len, packets, positions bytes
         let mut positions = Vec::new();
         let mut last_seq = vec![0u64; nslots];
-        for &i in &order {
+        const AHEAD: usize = 8;
+        for (k, &i) in order.iter().enumerate() {
+            // The packets are read out of arrival order: start loading the ones a few steps ahead.
+            if let Some(&j) = order.get(k + AHEAD) {
+                let q = &self.packets[j as usize];
+                prefetch(&self.buf, q.at);
+                prefetch(&self.buf, (q.at + q.len as usize).saturating_sub(1));
+            }
+            if let Some(&j) = order.get(k + 2 * AHEAD) {
+                prefetch_item(&self.packets, j as usize);
+            }
             let p = self.packets[i as usize];
             let s = p.slot as usize;
+            let f = &mut self.slots[s].flow;
+            f.first_ns = f.first_ns.min(p.ts_ns);
+            f.last_ns = f.last_ns.max(p.ts_ns);
+            if s != 0 {
+                f.state = p.state;
+            }
+            let side = if p.from_orig { &mut f.orig } else { &mut f.resp };
+            side.packets += 1;
+            side.bytes += u64::from(p.wirelen);
+            side.payload += u64::from(p.payload);
+            side.flags |= p.flags;
             let before = positions.len();
             put_varint(&mut positions, if spans[s].1 == 0 { p.seq } else { p.seq - last_seq[s] });
             spans[s].2 += (positions.len() - before) as u64;
@@ -382,16 +430,14 @@ impl SegmentWriter {
             rh[4..8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
             rh[8..12].copy_from_slice(&p.len.to_le_bytes());
             rh[12..16].copy_from_slice(&p.wirelen.to_le_bytes());
-            w.write_all(&rh).map_err(io)?;
-            w.write_all(&self.buf[p.at..p.at + p.len as usize]).map_err(io)?;
+            w.put(&rh).map_err(io)?;
+            w.put(&self.buf[p.at..p.at + p.len as usize]).map_err(io)?;
             let rec = 16 + u64::from(p.len);
             spans[s].0 += rec;
             spans[s].1 += 1;
             at += rec;
         }
-        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        drop(file);
+        w.finish().map_err(io)?;
 
         // Stage 1: what rules the segment out without reading further.
         let mut addr_bloom = Bloom::with_rate(self.addrs.len(), BLOOM_FPR);
@@ -459,6 +505,109 @@ impl SegmentWriter {
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
         file.sync_all().map_err(io)?;
         Ok(stage1)
+    }
+}
+
+/// Writes a segment's data file through an aligned staging buffer, with `O_DIRECT` where the file system takes
+/// it: the data then goes from the buffer to the disk without a copy into the page cache, which costs more CPU
+/// than everything else a packet needs (n2disk writes so too). Elsewhere (tmpfs, other systems) it writes
+/// through the page cache. The last block is padded for the direct write and the file cut to its length.
+struct DataOut {
+    file: File,
+    path: PathBuf,
+    direct: bool,
+    stage: Vec<u8>,
+    /// Where the aligned window of `stage` starts.
+    start: usize,
+    /// Bytes in the window.
+    fill: usize,
+    /// Bytes written to the file before the window.
+    written: u64,
+}
+
+/// Alignment of direct writes: a page, a multiple of every disk's logical block size.
+const DIRECT_ALIGN: usize = 4096;
+/// Size of each write.
+const DIRECT_CHUNK: usize = 1 << 20;
+
+impl DataOut {
+    fn create(path: &Path) -> std::io::Result<DataOut> {
+        DataOut::create_trying(path, true)
+    }
+
+    /// [`create`](Self::create), trying `O_DIRECT` or not.
+    fn create_trying(path: &Path, try_direct: bool) -> std::io::Result<DataOut> {
+        let (file, direct) = match try_direct.then(|| open_direct(path)).flatten() {
+            Some(f) => (f, true),
+            None => (File::create(path)?, false),
+        };
+        let stage = vec![0u8; DIRECT_CHUNK + DIRECT_ALIGN];
+        let start = stage.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
+        Ok(DataOut { file, path: path.to_path_buf(), direct, stage, start, fill: 0, written: 0 })
+    }
+
+    #[inline]
+    fn put(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let n = bytes.len().min(DIRECT_CHUNK - self.fill);
+            let at = self.start + self.fill;
+            self.stage[at..at + n].copy_from_slice(&bytes[..n]);
+            self.fill += n;
+            bytes = &bytes[n..];
+            if self.fill == DIRECT_CHUNK {
+                self.write_window(DIRECT_CHUNK)?;
+                self.written += DIRECT_CHUNK as u64;
+                self.fill = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the window's first `len` bytes at `written`; a direct write the file system refuses is done
+    /// again through the page cache, and so is the rest of the file.
+    fn write_window(&mut self, len: usize) -> std::io::Result<()> {
+        let window = &self.stage[self.start..self.start + len];
+        if self.direct {
+            match self.file.write_all_at(window, self.written) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.file = std::fs::OpenOptions::new().write(true).open(&self.path)?;
+                    self.direct = false;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.file.write_all_at(window, self.written)
+    }
+
+    /// Writes what is left, cuts the file to its length and syncs it.
+    fn finish(mut self) -> std::io::Result<()> {
+        let len = self.written + self.fill as u64;
+        if self.fill > 0 {
+            if self.direct {
+                let padded = self.fill.next_multiple_of(DIRECT_ALIGN);
+                self.stage[self.start + self.fill..self.start + padded].fill(0);
+                self.write_window(padded)?;
+            } else {
+                self.write_window(self.fill)?;
+            }
+        }
+        self.file.set_len(len)?;
+        self.file.sync_all()
+    }
+}
+
+/// Creates `path` for direct writes, if this system and file system allow them.
+fn open_direct(path: &Path) -> Option<File> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(path).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        None
     }
 }
 
@@ -947,4 +1096,36 @@ pub(crate) struct Record {
     pub wirelen: u32,
     pub at: usize,
     pub len: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The data file holds exactly what was put, whatever its length, written directly (where the file system
+    /// takes O_DIRECT) or through the page cache.
+    #[test]
+    fn data_files_hold_exactly_what_was_put() {
+        let dirs = [std::env::temp_dir(), PathBuf::from("/dev/shm")];
+        for (dir, direct) in dirs.iter().filter(|d| d.is_dir()).flat_map(|d| [(d, true), (d, false)]) {
+            let path = dir.join(format!("pcaptool-dataout-{}", std::process::id()));
+            for len in [0usize, 1, 24, 4095, 4096, 4097, DIRECT_CHUNK - 3, DIRECT_CHUNK, 3 * DIRECT_CHUNK + 77] {
+                let want: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+                let mut w = DataOut::create_trying(&path, direct).expect("create");
+                // Pieces of the sizes the writer puts: record headers and packets.
+                let mut at = 0;
+                let mut k = 0;
+                while at < len {
+                    let n = [16, 60, 1514, 9000, 70_000][k % 5].min(len - at);
+                    w.put(&want[at..at + n]).expect("put");
+                    at += n;
+                    k += 1;
+                }
+                w.finish().expect("finish");
+                let got = std::fs::read(&path).expect("read back");
+                assert!(got == want, "{} bytes in {}: read back {} bytes, different", len, dir.display(), got.len());
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }

@@ -2,11 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use pcaptool_packet::{FileFormat, MappedFile, Need, TraceReader, decode, precision_for};
+use pcaptool_packet::{FileFormat, MappedFile, Need, TraceReader, precision_for};
 use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
-use crate::flow::{Flow, FlowTracker};
+use crate::flow::{Flow, FlowPacket, FlowTracker, SlotCache, read_flow};
 use crate::segment::{PacketIn, Record, Segment, SegmentWriter, Spare, StoreMeta, StoredPacket, segment_paths};
 
 /// How to import.
@@ -93,21 +93,31 @@ impl Ingest<'_> {
                 self.writers.len() - 1
             }
         };
-        let d = decode(meta.linktype, data);
-        let a = self.tracker.packet(&d, wirelen, ts_ns);
-        // Ended flows' records live on in the segments' flow tables; the tracker need not keep them.
-        self.tracker.discard_done();
+        let r = read_flow(meta.linktype, data);
+        let mut no_flow = SlotCache::default();
+        let (flow, from_orig, cache) = match r.flow {
+            Some((tuple, dir)) => {
+                let p = FlowPacket { tuple, dir, payload: r.payload, flags: r.flags, wirelen, ts_ns };
+                let (e, from_orig) = self.tracker.account(&p);
+                (Some((e.id, tuple, e.orig_is_lo, e.state)), from_orig, &mut e.cache)
+            }
+            None => (None, true, &mut no_flow),
+        };
         let w = &mut self.writers[i];
-        w.push(&PacketIn {
-            seq: self.seq,
-            ts_ns,
-            wirelen,
-            data,
-            flow: a.flow.zip(a.key).map(|(id, key)| (id, key, a.orig_is_lo, a.state)),
-            from_orig: a.from_orig,
-            payload: a.payload,
-            flags: a.flags,
-        });
+        w.push_cached(
+            &PacketIn {
+                seq: self.seq,
+                ts_ns,
+                wirelen,
+                data,
+                flow,
+                fields_in_key: r.plain,
+                from_orig,
+                payload: r.payload.min(u64::from(u32::MAX)) as u32,
+                flags: r.flags,
+            },
+            cache,
+        );
         self.seq += 1;
         self.packets += 1;
         if w.data_bytes() >= self.opts.segment_bytes || w.packets() as u64 >= self.opts.segment_packets {
@@ -325,7 +335,7 @@ impl Store {
         let first_flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
         let number = self.segments.iter().map(|s| s.stage1.number + 1).max().unwrap_or(0);
         Ingest {
-            tracker: FlowTracker::new(first_flow.unwrap_or(0)),
+            tracker: FlowTracker::forgetting(first_flow.unwrap_or(0)),
             first_flow: first_flow.unwrap_or(0),
             store: self,
             opts: opts.clone(),

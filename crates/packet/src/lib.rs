@@ -49,12 +49,12 @@ pub use decode::{
 };
 pub use error::{ErrorKind, TraceError, WriteError};
 pub use fields::{Field, FieldReader, FieldValue, Need, PacketFields, Pred};
-pub use flow::{Direction, FlowKey};
+pub use flow::{Direction, FlowKey, FlowTuple, PlainFlow, plain_flow};
 pub use read::{
     Compression, FileFormat, Interface, MAX_SNAPLEN, Peek, ReadOptions, Record, Records, Seeker, TraceReader,
     TsResolution, max_caplen,
 };
-pub use sys::MappedFile;
+pub use sys::{MappedFile, prefetch, prefetch_item};
 pub use time::{Rfc3339, TimeParseError, parse_time};
 pub use types::{EtherType, IpProto, LinkType, TsPrecision};
 pub use write::{Compressor, OutputFormat, PcapNgWriter, PcapWriter, TraceWriter, pcap_record_header, precision_for};

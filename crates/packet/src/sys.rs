@@ -1,4 +1,4 @@
-//! The crate's only `unsafe` code: memory-mapping a file and a cache prefetch hint.
+//! The crate's only `unsafe` code: memory-mapping a file and cache prefetch hints.
 
 #![allow(unsafe_code)]
 
@@ -45,17 +45,24 @@ impl MappedFile {
     }
 }
 
-/// Asks the CPU to start loading the cache line holding `data[at]`, if that index exists.
+/// Asks the CPU to start loading the cache line holding `data[at]`, if that index exists: for loops that read
+/// scattered bytes in an order they know a few steps ahead.
 #[inline(always)]
-pub(crate) fn prefetch(data: &[u8], at: usize) {
+pub fn prefetch(data: &[u8], at: usize) {
+    prefetch_item(data, at);
+}
+
+/// Asks the CPU to start loading the cache line holding `items[i]`, if that index exists.
+#[inline(always)]
+pub fn prefetch_item<T>(items: &[T], i: usize) {
     #[cfg(target_arch = "x86_64")]
-    if at < data.len() {
+    if i < items.len() {
         // SAFETY: `_mm_prefetch` is a hint that never faults and never reads memory architecturally; the pointer is
-        // in bounds of `data` anyway. SSE is part of the x86_64 baseline, so the target feature is always present.
+        // in bounds of `items` anyway. SSE is part of the x86_64 baseline, so the target feature is always present.
         unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(data.as_ptr().add(at).cast::<i8>())
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(items.as_ptr().add(i).cast::<i8>())
         };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (data, at);
+    let _ = (items, i);
 }
