@@ -122,8 +122,14 @@ pub fn decode_packet(data: &[u8]) {
     if let Some(inner) = d.decode_inner(pkt) {
         let _ = inner.flow();
     }
-    let _ = d.flow();
+    let flow = d.flow();
     if let Some(s) = d.stop {
         let _ = s.to_string();
+    }
+    // The fast path of flow tracking reads what the decoder reads, whenever it reads a packet at all.
+    if let Some(p) = crate::plain_flow(LinkType(lt), pkt) {
+        let (key, dir) = flow.expect("the fast path read a flow the decoder did not");
+        assert_eq!(crate::FlowKey::from(p.tuple), key);
+        assert_eq!(p.dir, dir);
     }
 }
