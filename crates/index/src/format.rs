@@ -56,6 +56,12 @@ impl<'a> Part<'a> {
         }
     }
 
+    /// The part's bytes, their checksum not computed: for a part whose own format carries a checksum over all
+    /// of them, checked by whoever reads it.
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     /// A failure to read the part's structure, at the part's offset.
     pub(crate) fn damage(&self, what: &str, why: String) -> Damage {
         Damage::new(self.offset, format!("{what}: {why}"))

@@ -172,4 +172,27 @@ mod tests {
             from_bytes(&e);
         }
     }
+
+    /// The lane and shape sequences are checked by their own (wavelet format) checksum, not the part table's: a
+    /// flipped byte anywhere in either, with every part-table, head, directory and header checksum sealed to match,
+    /// is still refused, never answered from.
+    #[test]
+    fn damaged_sequences_are_refused_though_the_part_table_matches() {
+        let fx = fixture();
+        let first_chunk = HEADER_LEN;
+        let need = Need::Pred(Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0aff_ffff));
+        let flags = Need::Pred(Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 });
+        for (part, what, need) in [(PARTS - 2, "lane sequence", &need), (PARTS - 1, "shape sequence", &flags)] {
+            let at = first_chunk + 32 + 16 * part;
+            let (po, pl) = (le32(&fx.index, at).unwrap() as usize, le32(&fx.index, at + 4).unwrap() as usize);
+            for k in [0, 9, pl / 3, pl / 2, pl - 9, pl - 1] {
+                let mut b = fx.index.clone();
+                b[first_chunk + po + k] ^= 0x10;
+                reseal(&mut b);
+                let file = IndexFile::from_bytes(Path::new("x"), b).expect("header and directory sealed");
+                let err = file.view().and_then(|v| v.select(need).map(|_| ())).expect_err(what);
+                assert!(err.to_string().contains(what), "byte {k} of the {what}: {err}");
+            }
+        }
+    }
 }
