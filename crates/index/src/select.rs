@@ -385,8 +385,8 @@ impl<'a, T> Lazy<'a, T> {
     }
 
     /// [`get`](Self::get) for a part in the wavelet crate's format, whose own checksum covers every byte of the
-    /// part (`parse` checks it): the part table's checksum of the same bytes is not computed again. A query's
-    /// planning checks each chunk's 1 MB lane sequence, so a second pass over it is a tenth of a needle query.
+    /// part (`parse` checks it): the part table's checksum of the same bytes is not computed again (a query's
+    /// planning checks each chunk's lane sequence, about 1 MB per chunk of 1M packets).
     fn get_self_checked(&self, what: &str, parse: impl FnOnce(&'a [u8]) -> Result<T, String>) -> Result<&T, Damage> {
         self.value
             .get_or_init(|| parse(self.part.bytes()).map_err(|why| self.part.damage(what, why)))
