@@ -39,27 +39,31 @@ pub(crate) struct Part<'a> {
     bytes: &'a [u8],
     offset: u64,
     crc: u32,
+    /// Whether the bytes carry their own checksum over all of them, which their parser checks.
+    own_checksum: bool,
     checked: std::sync::OnceLock<bool>,
 }
 
 impl<'a> Part<'a> {
     pub(crate) fn new(bytes: &'a [u8], offset: u64, crc: u32) -> Part<'a> {
-        Part { bytes, offset, crc, checked: std::sync::OnceLock::new() }
+        Part { bytes, offset, crc, own_checksum: false, checked: std::sync::OnceLock::new() }
     }
 
-    /// The part's bytes, once their checksum has been found right.
+    /// The same part, its bytes a structure whose own checksum covers every byte of it (a PTWV structure:
+    /// header and body by its CRC, the trailer by the stored CRC and zero padding), which its parser checks:
+    /// [`get`](Self::get) then does not compute the part table's checksum of the same bytes as well.
+    pub(crate) fn with_own_checksum(self) -> Part<'a> {
+        Part { own_checksum: true, ..self }
+    }
+
+    /// The part's bytes, once their checksum has been found right (or, for a part with its own checksum, for
+    /// its parser to check).
     pub(crate) fn get(&self, what: &str) -> Result<&'a [u8], Damage> {
-        if *self.checked.get_or_init(|| crc32(self.bytes) == self.crc) {
+        if self.own_checksum || *self.checked.get_or_init(|| crc32(self.bytes) == self.crc) {
             Ok(self.bytes)
         } else {
             Err(Damage::new(self.offset, format!("{what} checksum mismatch")))
         }
-    }
-
-    /// The part's bytes, their checksum not computed: for a part whose own format carries a checksum over all
-    /// of them, checked by whoever reads it.
-    pub(crate) fn bytes(&self) -> &'a [u8] {
-        self.bytes
     }
 
     /// A failure to read the part's structure, at the part's offset.

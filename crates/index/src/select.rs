@@ -384,16 +384,6 @@ impl<'a, T> Lazy<'a, T> {
             .map_err(Clone::clone)
     }
 
-    /// [`get`](Self::get) for a part in the wavelet crate's format, whose own checksum covers every byte of the
-    /// part (`parse` checks it): the part table's checksum of the same bytes is not computed again (a query's
-    /// planning checks each chunk's lane sequence, about 1 MB per chunk of 1M packets).
-    fn get_self_checked(&self, what: &str, parse: impl FnOnce(&'a [u8]) -> Result<T, String>) -> Result<&T, Damage> {
-        self.value
-            .get_or_init(|| parse(self.part.bytes()).map_err(|why| self.part.damage(what, why)))
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-
     fn loaded(&self) -> Option<&T> {
         self.value.get().and_then(|r| r.as_ref().ok())
     }
@@ -484,8 +474,9 @@ impl<'a> ChunkView<'a> {
         let blocks = Lazy::new(take());
         let columns: Vec<Part<'a>> = (0..KEY_FIELDS.len()).map(|_| take()).collect();
         let flows = Lazy::new(take());
-        let lanes = Lazy::new(take());
-        let shapes = Lazy::new(take());
+        // The two sequences are PTWV structures, checked by their own checksum when loaded.
+        let lanes = Lazy::new(take().with_own_checksum());
+        let shapes = Lazy::new(take().with_own_checksum());
         Ok(ChunkView {
             n,
             rows,
@@ -544,7 +535,7 @@ impl<'a> ChunkView<'a> {
         let n = self.n;
         let flows = self.flows()?;
         let limit = 2 * u64::from(flows.lanes());
-        self.lanes.get_self_checked("lane sequence", |b| {
+        self.lanes.get("lane sequence", |b| {
             let t = Tree::from_bytes(b).map_err(|e| e.to_string())?;
             if t.len() != n {
                 return Err(format!("{} symbols for {n} packets", t.len()));
@@ -559,7 +550,7 @@ impl<'a> ChunkView<'a> {
 
     fn shapes(&self) -> Result<&Seq<'a>, Damage> {
         let n = self.n;
-        self.shapes.get_self_checked("shape sequence", |b| {
+        self.shapes.get("shape sequence", |b| {
             let t = Tree::from_bytes(b).map_err(|e| e.to_string())?;
             if t.len() != n {
                 return Err(format!("{} symbols for {n} packets", t.len()));
