@@ -285,6 +285,11 @@ fn stale_damaged_and_foreign_indexes_are_refused() {
     let o = query(&[]);
     refused(&o, "index of an older format");
     assert!(err(&o).contains("format version 1"), "{}", err(&o));
+    old[4..6].copy_from_slice(&(pcaptool_index::VERSION + 1).to_le_bytes());
+    std::fs::write(&idx, &old).unwrap();
+    let o = query(&[]);
+    refused(&o, "index of a newer format");
+    assert!(err(&o).contains(&format!("format version {}", pcaptool_index::VERSION + 1)), "{}", err(&o));
 
     // Another trace's index.
     let other = gen_trace(&tmp, "b.pcap", 2);

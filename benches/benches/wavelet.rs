@@ -48,11 +48,11 @@ fn bench_bit_vector<B: BitVector>(c: &mut Criterion, name: &str, bv: &B) {
 fn bit_vectors(c: &mut Criterion) {
     let n = 100_000_000;
     let (w, len) = bits(n, 0.5, 1);
-    bench_bit_vector(c, "rs-rate8-dense", &RsBitVector::build(w.clone(), len, RsParams { rate: 8 }));
-    bench_bit_vector(c, "rs-rate32-dense", &RsBitVector::build(w.clone(), len, RsParams { rate: 32 }));
+    bench_bit_vector(c, "rs-rate8-dense", &RsBitVector::build(w.clone(), len, RsParams::with_rate(8)));
+    bench_bit_vector(c, "rs-rate32-dense", &RsBitVector::build(w.clone(), len, RsParams::with_rate(32)));
     bench_bit_vector(c, "rrr-b31-dense", &RrrBitVector::build(w, len, RrrParams { block: 31, sample: 32 }));
     let (w, len) = bits(n, 0.05, 2);
-    bench_bit_vector(c, "rs-rate8-sparse5%", &RsBitVector::build(w.clone(), len, RsParams { rate: 8 }));
+    bench_bit_vector(c, "rs-rate8-sparse5%", &RsBitVector::build(w.clone(), len, RsParams::with_rate(8)));
     bench_bit_vector(c, "rrr-b31-sparse5%", &RrrBitVector::build(w.clone(), len, RrrParams { block: 31, sample: 32 }));
     bench_bit_vector(c, "rrr-b63-sparse5%", &RrrBitVector::build(w, len, RrrParams { block: 63, sample: 16 }));
 }

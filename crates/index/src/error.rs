@@ -20,7 +20,8 @@ pub enum IndexError {
     Trace(#[from] pcaptool_packet::TraceError),
     /// The file is an index of another format version.
     #[error(
-        "{path} is an index of format version {found}, this pcaptool reads version {}; rebuild it with `pcaptool index`",
+        "{path} is an index of format version {found}, this pcaptool reads versions {} to {}; rebuild it with `pcaptool index`",
+        crate::OLDEST_READ,
         crate::VERSION
     )]
     Version {

@@ -5,8 +5,11 @@ use pcaptool_wavelet::Crc32;
 
 /// The first four bytes of an index.
 pub const MAGIC: [u8; 4] = *b"PTIX";
-/// The format version this crate writes and reads.
-pub const VERSION: u16 = 4;
+/// The format version this crate writes.
+pub const VERSION: u16 = 5;
+/// The oldest format version this crate reads: version 4 differs only in storing the rank and select directories of
+/// its sequences and Elias-Fano high bits, which a reader rebuilds either way.
+pub const OLDEST_READ: u16 = 4;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;
 /// Bytes of the trace's start and end whose checksums identify it (with its length and modification time).
@@ -232,7 +235,7 @@ impl Header {
             c.u16()
         };
         let version = ver(&mut c).map_err(HeaderError::Foreign)?;
-        if version != VERSION {
+        if !(OLDEST_READ..=VERSION).contains(&version) {
             return Err(HeaderError::Version(version));
         }
         if b.len() < HEADER_LEN {
@@ -509,7 +512,7 @@ pub(crate) fn write_ef(out: &mut Out, values: &[u64], universe: u64) {
         let pos = (v >> low_bits) as usize + i;
         words[pos / 64] |= 1 << (pos % 64);
     }
-    out.bytes(&RsBitVector::build(words, high_len, RsParams { rate: 8 }).to_bytes());
+    out.bytes(&RsBitVector::build(words, high_len, RsParams { rate: 8, store_directories: false }).to_bytes());
 }
 
 /// An Elias-Fano coded sequence (see [`write_ef`]), read in place: any element by one `select`, all of them in one

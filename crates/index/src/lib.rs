@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 pub use build::{BuildOptions, BuildStats, build};
 pub use error::IndexError;
-pub use format::{BLOCK, MAGIC, PAGE, VERSION};
+pub use format::{BLOCK, MAGIC, OLDEST_READ, PAGE, VERSION};
 pub use keys::{KEY_FIELDS, LEN_BOUNDS};
 pub use select::{ChunkView, IndexFile, IndexView, Selection};
 

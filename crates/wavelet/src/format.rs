@@ -17,6 +17,8 @@ pub(crate) mod kind {
     pub const RRR_BIT_VECTOR: u64 = 2;
     pub const HUFFMAN_WT: u64 = 3;
     pub const WAVELET_MATRIX: u64 = 4;
+    /// An `RsBitVector` written without its directories (the loader rebuilds them).
+    pub const RS_BIT_VECTOR_BARE: u64 = 5;
 }
 
 /// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), computed by `crc32fast` (carry-less multiplication
@@ -120,6 +122,12 @@ pub struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// Checks header, size and checksum of a whole file holding a structure of `expected_kind`.
     pub(crate) fn open(bytes: &'a [u8], expected_kind: u64) -> Result<Reader<'a>, Error> {
+        Reader::open_any(bytes, &[expected_kind]).map(|(r, _)| r)
+    }
+
+    /// Checks header, size and checksum of a whole file holding a structure of one of `kinds` (the first is the one
+    /// an error names); returns the reader and the file's kind.
+    pub(crate) fn open_any(bytes: &'a [u8], kinds: &[u64]) -> Result<(Reader<'a>, u64), Error> {
         if bytes.len() < 24 {
             return Err(Error::Truncated { what: "header and trailer", offset: 0, needed: 24, available: bytes.len() });
         }
@@ -132,8 +140,8 @@ impl<'a> Reader<'a> {
             return Err(Error::Version { found: version, expected: VERSION });
         }
         let kind = u64::from(u16::from_le_bytes([bytes[6], bytes[7]]));
-        if kind != expected_kind {
-            return Err(Error::Kind { found: kind, expected: expected_kind });
+        if !kinds.contains(&kind) {
+            return Err(Error::Kind { found: kind, expected: kinds[0] });
         }
         let body_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
         if body_len % 8 != 0 {
@@ -158,7 +166,7 @@ impl<'a> Reader<'a> {
         if stored != computed {
             return Err(Error::Checksum { stored, computed });
         }
-        Ok(Reader { bytes, pos: 16, end })
+        Ok((Reader { bytes, pos: 16, end }, kind))
     }
 
     pub(crate) fn offset(&self) -> usize {
@@ -246,7 +254,7 @@ pub(crate) fn array_words(n: usize) -> u64 {
 pub trait BitVectorCodec {
     /// Kind code written before the nested body.
     #[doc(hidden)]
-    const KIND: u64;
+    fn kind(&self) -> u64;
     /// Words of the nested body.
     #[doc(hidden)]
     fn encoded_words(&self) -> u64;
@@ -264,18 +272,18 @@ impl<T: BitVectorCodec> Encode for T {
         self.encode_into(w)
     }
     fn kind(&self) -> u64 {
-        T::KIND
+        BitVectorCodec::kind(self)
     }
 }
 
 /// A borrowed bit vector that can be read back, validated, from a nested body.
 pub trait DecodeBitVector<'a>: Sized {
-    /// Kind code expected before the nested body.
+    /// Kind codes accepted before the nested body (an error names the first).
     #[doc(hidden)]
-    const KIND: u64;
-    /// Reads and validates the nested body.
+    const KINDS: &'static [u64];
+    /// Reads and validates the nested body of `kind` (one of [`KINDS`](Self::KINDS)).
     #[doc(hidden)]
-    fn decode_nested(r: &mut Reader<'a>) -> Result<Self, Error>;
+    fn decode_nested(r: &mut Reader<'a>, kind: u64) -> Result<Self, Error>;
 }
 
 #[cfg(test)]

@@ -63,8 +63,10 @@ pub fn from_bytes(data: &[u8]) {
     let Some((&sel, body)) = data.split_first() else { return };
     match sel % 6 {
         0 => {
-            if let Ok(b) = RsBitVector::<LeBytes<'_>>::from_bytes(&seal(kind::RS_BIT_VECTOR as u16, body)) {
-                exercise(&b);
+            for k in [kind::RS_BIT_VECTOR, kind::RS_BIT_VECTOR_BARE] {
+                if let Ok(b) = RsBitVector::<LeBytes<'_>>::from_bytes(&seal(k as u16, body)) {
+                    exercise(&b);
+                }
             }
         }
         1 => {

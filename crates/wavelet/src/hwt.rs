@@ -454,7 +454,7 @@ impl<B: BitVectorCodec, W: Words> Encode for HuffmanWaveletTree<B, W> {
 
     fn encode_body<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
         w.word(self.n as u64)?;
-        w.word(B::KIND)?;
+        w.word(BitVectorCodec::kind(&self.bv))?;
         self.bv.encode_into(w)?;
         for a in [&self.levels, &self.syms, &self.slots] {
             w.array((0..a.num_words()).map(|i| a.word(i)), a.num_words())?;
@@ -475,10 +475,10 @@ impl<'a, B: BitVector + DecodeBitVector<'a>> HuffmanWaveletTree<B, LeBytes<'a>> 
         let at = r.offset();
         let n = r.count("sequence length", MAX_LEN as u64)?;
         let k = r.word("bit vector kind")?;
-        if k != B::KIND {
-            return Err(Error::Kind { found: k, expected: B::KIND });
+        if !B::KINDS.contains(&k) {
+            return Err(Error::Kind { found: k, expected: B::KINDS[0] });
         }
-        let bv = B::decode_nested(&mut r)?;
+        let bv = B::decode_nested(&mut r, k)?;
         let levels = r.array("level table")?;
         let syms = r.array("symbol table")?;
         let slots = r.array("slot table")?;

@@ -262,7 +262,7 @@ impl<B: BitVectorCodec, W: Words> Encode for WaveletMatrix<B, W> {
     fn encode_body<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
         w.word(self.n as u64)?;
         w.word(u64::from(self.width))?;
-        w.word(B::KIND)?;
+        w.word(BitVectorCodec::kind(&self.bv))?;
         self.bv.encode_into(w)?;
         w.array((0..self.meta.num_words()).map(|i| self.meta.word(i)), self.meta.num_words())
     }
@@ -280,10 +280,10 @@ impl<'a, B: BitVector + DecodeBitVector<'a>> WaveletMatrix<B, LeBytes<'a>> {
         let n = r.count("sequence length", u64::MAX)?;
         let width = r.count("width", 32)? as u32;
         let k = r.word("bit vector kind")?;
-        if k != B::KIND {
-            return Err(Error::Kind { found: k, expected: B::KIND });
+        if !B::KINDS.contains(&k) {
+            return Err(Error::Kind { found: k, expected: B::KINDS[0] });
         }
-        let bv = B::decode_nested(&mut r)?;
+        let bv = B::decode_nested(&mut r, k)?;
         let meta = r.array("level table")?;
         r.finish()?;
         let bad = |why| Error::Invalid { what: "wavelet matrix", offset: at, why };

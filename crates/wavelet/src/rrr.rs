@@ -268,7 +268,9 @@ impl<W: Words> BitVector for RrrBitVector<W> {
 }
 
 impl<W: Words> BitVectorCodec for RrrBitVector<W> {
-    const KIND: u64 = kind::RRR_BIT_VECTOR;
+    fn kind(&self) -> u64 {
+        kind::RRR_BIT_VECTOR
+    }
 
     fn encoded_words(&self) -> u64 {
         4 + array_words(self.classes.num_words())
@@ -289,8 +291,8 @@ impl<W: Words> BitVectorCodec for RrrBitVector<W> {
 }
 
 impl<'a> DecodeBitVector<'a> for RrrBitVector<LeBytes<'a>> {
-    const KIND: u64 = kind::RRR_BIT_VECTOR;
-    fn decode_nested(r: &mut Reader<'a>) -> Result<Self, Error> {
+    const KINDS: &'static [u64] = &[kind::RRR_BIT_VECTOR];
+    fn decode_nested(r: &mut Reader<'a>, _kind: u64) -> Result<Self, Error> {
         RrrBitVector::decode(r)
     }
 }

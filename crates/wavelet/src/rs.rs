@@ -5,6 +5,10 @@
 //! Select: the rank samples
 //! are binary-searched between hints kept every 4096 ones (and zeros). Space: `n` bits plus `n / rate` bits of rank
 //! samples (`rate` = 8: 25%, `rate` = 16: 6.25%) plus 2 words per 4096 ones and zeros.
+//!
+//! A loaded bit vector borrows its bits and holds its directories in memory: a loader computes them from the bits
+//! in one pass (which is what checking stored ones costs), and compares them with the stored ones when the file
+//! has them. A file can leave them out ([`RsParams::store_directories`]): it is then only the bits.
 
 use std::io::{self, Write};
 
@@ -23,11 +27,21 @@ pub struct RsParams {
     /// Words per rank sample: a power of two from 1 to 64 (the paper's RG sampling factor counts 32-bit words;
     /// here 64-bit). Space overhead of the rank samples is `1/rate`.
     pub rate: usize,
+    /// Whether a written file holds the directories (kind 1) or only the bits (kind 5: smaller by the directories'
+    /// share, and loading costs the same one pass either way).
+    pub store_directories: bool,
 }
 
 impl Default for RsParams {
     fn default() -> RsParams {
-        RsParams { rate: 8 }
+        RsParams { rate: 8, store_directories: true }
+    }
+}
+
+impl RsParams {
+    /// `rate` words per rank sample, directories stored.
+    pub fn with_rate(rate: usize) -> RsParams {
+        RsParams { rate, ..RsParams::default() }
     }
 }
 
@@ -39,14 +53,16 @@ pub struct RsBitVector<W = Vec<u64>> {
     rate: usize,
     /// `log2(rate)`: block index = word index >> shift (no division on the query path).
     shift: u32,
+    /// Whether a written file holds the directories.
+    store_directories: bool,
     bits: W,
     /// Per block of `rate` words: the ones before it (and, when `rate <= 8`, a second word packing the ones
     /// before each word of the block, 9 bits each: rank9's layout, no popcount loop); one more block at the end.
-    samples: W,
+    samples: Vec<u64>,
     /// `hints1[t]` = index of the rank sample block holding the `(t * SELECT_SAMPLE)`-th one.
-    hints1: W,
+    hints1: Vec<u64>,
     /// Same for zeros.
-    hints0: W,
+    hints0: Vec<u64>,
 }
 
 /// Words [`RsBitVector`]'s `select_after` scans before it answers with a select instead.
@@ -86,37 +102,6 @@ impl DirSink for Build {
     fn hint0(&mut self, block: u64) -> bool {
         self.hints0.push(block);
         true
-    }
-}
-
-/// Stored directories compared with what building would compute, value by value (no copy is made).
-struct Verify<'s, W> {
-    stored: [&'s W; 3],
-    at: [usize; 3],
-}
-
-impl<W: Words> Verify<'_, W> {
-    fn next(&mut self, which: usize, v: u64) -> bool {
-        let (s, i) = (self.stored[which], self.at[which]);
-        self.at[which] += 1;
-        i < s.num_words() && s.word(i) == v
-    }
-
-    /// Whether every stored value was compared.
-    fn complete(&self) -> bool {
-        (0..3).all(|k| self.at[k] == self.stored[k].num_words())
-    }
-}
-
-impl<W: Words> DirSink for Verify<'_, W> {
-    fn sample(&mut self, v: u64) -> bool {
-        self.next(0, v)
-    }
-    fn hint1(&mut self, block: u64) -> bool {
-        self.next(1, block)
-    }
-    fn hint0(&mut self, block: u64) -> bool {
-        self.next(2, block)
     }
 }
 
@@ -197,6 +182,7 @@ impl BuildBitVector for RsBitVector {
             ones,
             rate: params.rate,
             shift: params.rate.trailing_zeros(),
+            store_directories: params.store_directories,
             bits: words,
             samples,
             hints1,
@@ -400,51 +386,62 @@ impl<W: Words> BitVector for RsBitVector<W> {
 }
 
 impl<W: Words> BitVectorCodec for RsBitVector<W> {
-    const KIND: u64 = kind::RS_BIT_VECTOR;
+    fn kind(&self) -> u64 {
+        if self.store_directories { kind::RS_BIT_VECTOR } else { kind::RS_BIT_VECTOR_BARE }
+    }
 
     fn encoded_words(&self) -> u64 {
-        3 + array_words(self.bits.num_words())
-            + array_words(self.samples.num_words())
-            + array_words(self.hints1.num_words())
-            + array_words(self.hints0.num_words())
+        let dirs = if self.store_directories {
+            array_words(self.samples.len()) + array_words(self.hints1.len()) + array_words(self.hints0.len())
+        } else {
+            0
+        };
+        3 + array_words(self.bits.num_words()) + dirs
     }
 
     fn encode_into<O: Write>(&self, w: &mut Writer<O>) -> io::Result<()> {
         w.word(self.len as u64)?;
         w.word(self.rate as u64)?;
         w.word(self.ones as u64)?;
-        for a in [&self.bits, &self.samples, &self.hints1, &self.hints0] {
-            w.array((0..a.num_words()).map(|i| a.word(i)), a.num_words())?;
+        w.array((0..self.bits.num_words()).map(|i| self.bits.word(i)), self.bits.num_words())?;
+        if self.store_directories {
+            for a in [&self.samples, &self.hints1, &self.hints0] {
+                w.array(a.iter().copied(), a.len())?;
+            }
         }
         Ok(())
     }
 }
 
 impl<'a> DecodeBitVector<'a> for RsBitVector<LeBytes<'a>> {
-    const KIND: u64 = kind::RS_BIT_VECTOR;
-    fn decode_nested(r: &mut Reader<'a>) -> Result<Self, Error> {
-        RsBitVector::decode(r)
+    const KINDS: &'static [u64] = &[kind::RS_BIT_VECTOR, kind::RS_BIT_VECTOR_BARE];
+    fn decode_nested(r: &mut Reader<'a>, kind: u64) -> Result<Self, Error> {
+        RsBitVector::decode(r, kind)
     }
 }
 
 impl<'a> RsBitVector<LeBytes<'a>> {
-    /// Loads a file written by [`Encode::write_to`](crate::Encode::write_to) without copying, validating every field.
+    /// Loads a file written by [`Encode::write_to`](crate::Encode::write_to), validating every field: the bits are
+    /// borrowed, the directories computed from them (and compared with the stored ones when the file has them).
     pub fn from_bytes(bytes: &'a [u8]) -> Result<RsBitVector<LeBytes<'a>>, Error> {
-        let mut r = Reader::open(bytes, kind::RS_BIT_VECTOR)?;
-        let v = RsBitVector::decode(&mut r)?;
+        let (mut r, kind) = Reader::open_any(bytes, <Self as DecodeBitVector<'a>>::KINDS)?;
+        let v = RsBitVector::decode(&mut r, kind)?;
         r.finish()?;
         Ok(v)
     }
 
-    pub(crate) fn decode(r: &mut Reader<'a>) -> Result<RsBitVector<LeBytes<'a>>, Error> {
+    pub(crate) fn decode(r: &mut Reader<'a>, kind: u64) -> Result<RsBitVector<LeBytes<'a>>, Error> {
         let at = r.offset();
         let len = r.count("bit length", u64::MAX)?;
         let rate = r.count("rate", 64)?;
         let ones = r.count("ones", len as u64)?;
         let bits = r.array("bits")?;
-        let samples = r.array("rank samples")?;
-        let hints1 = r.array("select1 hints")?;
-        let hints0 = r.array("select0 hints")?;
+        let store_directories = kind == kind::RS_BIT_VECTOR;
+        let stored = if store_directories {
+            Some([r.array("rank samples")?, r.array("select1 hints")?, r.array("select0 hints")?])
+        } else {
+            None
+        };
         let bad = |what, why| Error::Invalid { what, offset: at, why };
         if !rate.is_power_of_two() {
             return Err(bad("rate", "not a power of two"));
@@ -455,15 +452,28 @@ impl<'a> RsBitVector<LeBytes<'a>> {
         if len % 64 != 0 && bits.word(bits.num_words() - 1) >> (len % 64) != 0 {
             return Err(bad("bits", "bits set past the end"));
         }
-        // The directories must be exactly what building would compute: one pass compares them with the bits
-        // (linear time, nothing copied).
-        let mut verify = Verify { stored: [&samples, &hints1, &hints0], at: [0; 3] };
-        match walk_directories(&bits, len, rate, &mut verify) {
-            Some(n1) if n1 != ones => return Err(bad("ones", "does not match the bits")),
-            Some(_) if verify.complete() => {}
-            _ => return Err(bad("directories", "rank samples or select hints do not match the bits")),
+        // One pass computes the directories; stored ones must be exactly these.
+        let (samples, hints1, hints0, n1) = directories(&bits, len, rate);
+        if n1 != ones {
+            return Err(bad("ones", "does not match the bits"));
         }
-        Ok(RsBitVector { len, ones, rate, shift: rate.trailing_zeros(), bits, samples, hints1, hints0 })
+        if let Some(stored) = stored {
+            let same = |s: &LeBytes<'_>, v: &[u64]| s.num_words() == v.len() && (0..v.len()).all(|i| s.word(i) == v[i]);
+            if !(same(&stored[0], &samples) && same(&stored[1], &hints1) && same(&stored[2], &hints0)) {
+                return Err(bad("directories", "rank samples or select hints do not match the bits"));
+            }
+        }
+        Ok(RsBitVector {
+            len,
+            ones,
+            rate,
+            shift: rate.trailing_zeros(),
+            store_directories,
+            bits,
+            samples,
+            hints1,
+            hints0,
+        })
     }
 }
 
@@ -530,15 +540,19 @@ pub(crate) mod tests {
 
     proptest! {
         #[test]
-        fn matches_naive_model(bits in bits_strategy(), rate_log in 0u32..=6) {
+        fn matches_naive_model(bits in bits_strategy(), rate_log in 0u32..=6, store_directories: bool) {
             let rate = 1usize << rate_log;
             let (words, len) = crate::BitBuf::from_bits(bits.iter().copied()).into_parts();
-            let b = RsBitVector::build(words, len, RsParams { rate });
+            let b = RsBitVector::build(words, len, RsParams { rate, store_directories });
             check(&b, &bits);
             let bytes = b.to_bytes();
+            let dirs = 8 * (b.samples.len() + b.hints1.len() + b.hints0.len() + 3);
+            prop_assert_eq!(bytes.len(), 24 + 8 * (3 + 1 + b.bits.len()) + if store_directories { dirs } else { 0 });
             let v = RsBitVector::from_bytes(&bytes).unwrap();
             check(&v, &bits);
             prop_assert_eq!(v.size_in_bytes(), b.size_in_bytes());
+            // A loaded vector is written back as it was read.
+            prop_assert_eq!(&v.to_bytes(), &bytes);
             let ones: Vec<usize> = (0..bits.len()).filter(|&i| bits[i]).collect();
             prop_assert_eq!(v.ones().collect::<Vec<_>>(), ones);
         }
@@ -554,15 +568,36 @@ pub(crate) mod tests {
 
     #[test]
     fn corrupt_bytes_are_errors() {
-        let b = RsBitVector::from_bits((0..10_000).map(|i| i % 3 == 0));
-        let bytes = b.to_bytes();
-        for i in 0..bytes.len() {
-            let mut c = bytes.clone();
-            c[i] ^= 0x10;
-            assert!(RsBitVector::from_bytes(&c).is_err(), "flip at {i} accepted");
+        for store_directories in [true, false] {
+            let (words, len) = crate::BitBuf::from_bits((0..10_000).map(|i| i % 3 == 0)).into_parts();
+            let b = RsBitVector::build(words, len, RsParams { rate: 8, store_directories });
+            let bytes = b.to_bytes();
+            for i in 0..bytes.len() {
+                let mut c = bytes.clone();
+                c[i] ^= 0x10;
+                assert!(RsBitVector::from_bytes(&c).is_err(), "flip at {i} accepted");
+            }
+            for cut in 0..bytes.len() {
+                assert!(RsBitVector::from_bytes(&bytes[..cut]).is_err());
+            }
         }
-        for cut in 0..bytes.len() {
-            assert!(RsBitVector::from_bytes(&bytes[..cut]).is_err());
-        }
+    }
+
+    #[test]
+    fn wrong_stored_directories_are_refused_and_bare_counts_are_checked() {
+        use crate::fuzz_harness::{body_of, seal};
+        let (words, len) = crate::BitBuf::from_bits((0..10_000).map(|i| i % 3 == 0)).into_parts();
+        let full = RsBitVector::build(words.clone(), len, RsParams::with_rate(8)).to_bytes();
+        // Body: len, rate, ones, bits array (length word then words), then the rank samples array.
+        let mut body = body_of(&full).to_vec();
+        let sample1 = 8 * (3 + 1 + words.len() + 1 + 2);
+        body[sample1] ^= 1;
+        let e = RsBitVector::from_bytes(&seal(kind::RS_BIT_VECTOR as u16, &body)).unwrap_err();
+        assert!(e.to_string().contains("directories"), "{e}");
+        let bare = RsBitVector::build(words, len, RsParams { rate: 8, store_directories: false }).to_bytes();
+        let mut body = body_of(&bare).to_vec();
+        body[16] ^= 1; // ones
+        let e = RsBitVector::from_bytes(&seal(kind::RS_BIT_VECTOR_BARE as u16, &body)).unwrap_err();
+        assert!(e.to_string().contains("ones"), "{e}");
     }
 }

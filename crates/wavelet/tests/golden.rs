@@ -4,7 +4,10 @@
 
 use std::path::PathBuf;
 
-use pcaptool_wavelet::{BitVector, Encode, HuffmanWaveletTree, LeBytes, RrrBitVector, RsBitVector, WaveletMatrix};
+use pcaptool_wavelet::{
+    BitBuf, BitVector, BuildBitVector, Encode, HuffmanWaveletTree, LeBytes, RrrBitVector, RsBitVector, RsParams,
+    WaveletMatrix,
+};
 
 fn golden(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1").join(name)
@@ -38,6 +41,20 @@ fn version_1_golden_files() {
     let rank4000 = ones.iter().filter(|&&p| p < 4000).count();
     let v = RsBitVector::<LeBytes<'_>>::from_bytes(&f).unwrap();
     assert_eq!((v.len(), v.count_ones(), v.rank1(4000), v.select1(100)), (5000, ones.len(), rank4000, Some(ones[100])));
+
+    // Kind 5: the same bits without their directories.
+    let buf = BitBuf::from_bits(b.iter().copied());
+    let bare = RsParams { rate: 8, store_directories: false };
+    let f = check_file("rs-bare.bin", RsBitVector::build(buf.words().to_vec(), buf.len(), bare).to_bytes());
+    let v = RsBitVector::<LeBytes<'_>>::from_bytes(&f).unwrap();
+    assert_eq!((v.len(), v.count_ones(), v.rank1(4000), v.select1(100)), (5000, ones.len(), rank4000, Some(ones[100])));
+    let bare16 = RsParams { rate: 16, store_directories: false };
+    let f =
+        check_file("hwt-rs-bare.bin", HuffmanWaveletTree::<RsBitVector>::build(s.iter().copied(), bare16).to_bytes());
+    let w = HuffmanWaveletTree::<RsBitVector<LeBytes<'_>>, LeBytes<'_>>::from_bytes(&f).unwrap();
+    for (i, &x) in s.iter().enumerate() {
+        assert_eq!(w.access(i), x);
+    }
 
     let f = check_file("rrr.bin", RrrBitVector::from_bits(b.iter().copied()).to_bytes());
     let v = RrrBitVector::<LeBytes<'_>>::from_bytes(&f).unwrap();
