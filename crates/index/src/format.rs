@@ -8,7 +8,7 @@ pub const MAGIC: [u8; 4] = *b"PTIX";
 /// The format version this crate writes.
 pub const VERSION: u16 = 5;
 /// The oldest format version this crate reads: version 4 differs only in storing the rank and select directories of
-/// its sequences and Elias-Fano high bits, which a reader rebuilds either way.
+/// its sequences and Elias-Fano high bits, which a reader rebuilds either way, and in having no raw key columns.
 pub const OLDEST_READ: u16 = 4;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;

@@ -200,10 +200,17 @@ pub(crate) fn reversed(k: &Key) -> Key {
     r
 }
 
-/// Writes column `i` ([`KEY_FIELDS`]) of the key table of `keys`: a sorted dictionary of the field's present values
-/// and, for the rows from the first to the last whose field is not missing, one code per row (0 missing, 1
-/// unknown, 2 + dictionary index), packed in the fewest bits; rows outside that range are missing.
+/// Writes column `i` ([`KEY_FIELDS`]) of the key table of `keys`: for the rows from the first to the last whose field
+/// is not missing, one code per row (0 missing, 1 unknown, 2 + v present), packed in the fewest bits; rows outside
+/// that range are missing. `v` is an index into a sorted dictionary of the field's present values, or, when that
+/// is smaller (a field of at most 4 bytes with nearly as many values as rows, such as client ports), the value
+/// itself and no dictionary.
 pub(crate) fn write_column(out: &mut Out, keys: &[Key], i: usize) {
+    write_column_as(out, keys, i, None)
+}
+
+/// [`write_column`], with `raw` forcing one encoding or the other (`None`: the smaller).
+fn write_column_as(out: &mut Out, keys: &[Key], i: usize, raw: Option<bool>) {
     let f = KEY_FIELDS[i];
     let (at, w) = (tag_at(i), width(f));
     let value = |k: &Key| be(&k[at + 1..at + 1 + w]);
@@ -212,32 +219,43 @@ pub(crate) fn write_column(out: &mut Out, keys: &[Key], i: usize) {
     for k in keys.iter().filter(|k| k[at] == 2) {
         code_of.entry(value(k)).or_insert(0);
     }
-    let mut dict: Vec<u128> = code_of.keys().copied().collect();
+    let lo = keys.iter().position(|k| k[at] != 0).unwrap_or(0);
+    let hi = keys.iter().rposition(|k| k[at] != 0).map_or(0, |h| h + 1);
+    let unknown_lo = (lo..hi).find(|&r| keys[r][at] == 1).unwrap_or(hi);
+    let dict_cost = code_of.len() * w * 8 + (hi - lo) * code_bits(code_of.len()) as usize;
+    let raw = w <= RAW_MAX_WIDTH && raw.unwrap_or(((hi - lo) * raw_bits(w) as usize) < dict_cost);
+    let mut dict: Vec<u128> = if raw { Vec::new() } else { code_of.keys().copied().collect() };
     dict.sort_unstable();
     for (c, v) in dict.iter().enumerate() {
         code_of.insert(*v, c as u32);
     }
-    let bits = code_bits(dict.len());
-    let lo = keys.iter().position(|k| k[at] != 0).unwrap_or(0);
-    let hi = keys.iter().rposition(|k| k[at] != 0).map_or(0, |h| h + 1);
-    let unknown_lo = (lo..hi).find(|&r| keys[r][at] == 1).unwrap_or(hi);
+    let bits = if raw { raw_bits(w) } else { code_bits(dict.len()) };
     out.u32(dict.len() as u32);
     out.u32(bits);
     out.u32(lo as u32);
     out.u32(hi as u32);
     out.u32(unknown_lo as u32);
-    out.u32(0);
+    out.u32(u32::from(raw));
     for v in &dict {
         out.bytes(&v.to_be_bytes()[16 - w..]);
     }
     let mut packed = BitPacker::new(bits);
     for k in &keys[lo..hi] {
         packed.push(match k[at] {
+            2 if raw => 2 + value(k) as u64,
             2 => 2 + u64::from(code_of[&value(k)]),
             t => u64::from(t),
         });
     }
     out.bytes(&packed.finish());
+}
+
+/// Widest field (bytes) a column may store as raw values.
+const RAW_MAX_WIDTH: usize = 4;
+
+/// Bits of a raw code of a field `w` bytes wide: its values and the two codes below them.
+fn raw_bits(w: usize) -> u32 {
+    8 * w as u32 + 1
 }
 
 /// Bits of a code for a dictionary of `n` values.
@@ -251,6 +269,8 @@ fn code_bits(n: usize) -> u32 {
 struct Column<'a> {
     field: Field,
     dict: &'a [u8],
+    /// Whether codes hold values (`2 + v`), not dictionary indexes.
+    raw: bool,
     /// Codes of rows `lo..hi`; the other rows are missing (code 0).
     codes: Packed<'a>,
     bits: u32,
@@ -269,14 +289,21 @@ impl<'a> Column<'a> {
         let bits = c.u32()?;
         let (lo, hi) = (c.u32()? as usize, c.u32()? as usize);
         let unknown_lo = c.u32()? as usize;
-        c.u32()?;
-        if bits != code_bits(n) {
+        let raw = match c.u32()? {
+            0 => false,
+            1 => true,
+            m => return Err(format!("column encoding {m}")),
+        };
+        let w = width(field);
+        if raw && (w > RAW_MAX_WIDTH || n != 0 || bits != raw_bits(w)) {
+            return Err(format!("raw codes of {bits} bits with {n} dictionary values for a {w}-byte field"));
+        }
+        if !raw && bits != code_bits(n) {
             return Err(format!("{bits} bits per code for {n} values"));
         }
         if lo > hi || hi > rows || !(lo..=hi).contains(&unknown_lo) {
             return Err(format!("rows {lo}..{hi} (unknown from {unknown_lo}) of a {rows}-row table"));
         }
-        let w = width(field);
         let dict = c.bytes(n.checked_mul(w).ok_or("dictionary too large")?)?;
         let codes = Packed::new(c.bytes(packed_len(hi - lo, bits))?, bits, hi - lo);
         if !c.is_empty() {
@@ -285,11 +312,7 @@ impl<'a> Column<'a> {
         if let Some(i) = (1..n).find(|&i| dict[(i - 1) * w..i * w] >= dict[i * w..(i + 1) * w]) {
             return Err(format!("dictionary is not sorted at entry {i}"));
         }
-        Ok(Column { field, dict, codes, bits, lo, hi, unknown_lo })
-    }
-
-    fn dict_len(&self) -> usize {
-        self.dict.len() / width(self.field)
+        Ok(Column { field, dict, raw, codes, bits, lo, hi, unknown_lo })
     }
 
     /// Dictionary value `i`, if there is one.
@@ -309,34 +332,41 @@ impl<'a> Column<'a> {
         match self.code(k) {
             0 => FieldValue::Missing,
             1 => FieldValue::Unknown,
+            c if self.raw => FieldValue::Value(u128::from(c - 2)),
             // A code past the dictionary (damage the checksum did not catch) is unknown: any test may match, and
             // a packet read with it is refused as not the packet the index describes.
             c => self.dict_value(c as usize - 2).map_or(FieldValue::Unknown, FieldValue::Value),
         }
     }
 
-    /// Truth per code of `pred` (missing fails, unknown may, values as the predicate says) and whether any value
-    /// of the dictionary satisfies it.
-    fn truth(&self, pred: &Pred) -> (Vec<bool>, bool) {
-        let mut t = vec![false, true];
-        t.extend((0..self.dict_len()).map(|i| self.dict_value(i).is_some_and(|v| pred.holds(v))));
-        let any = t[2..].iter().any(|&x| x);
-        (t, any)
+    /// Calls `f(row)` for every row whose value may satisfy `pred` (missing fails, unknown may). A dictionary
+    /// column tests each dictionary value once and then reads the codes (a code past the dictionary, which only
+    /// damage the checksum missed can store, is accepted), and when no value satisfies `pred` reads only the rows
+    /// from the first unknown one (unknown fields are in the last rows of a table); a raw column tests each row's
+    /// value.
+    fn rows_matching(&self, pred: &Pred, f: impl FnMut(usize)) {
+        if self.raw {
+            return self.rows_where(self.lo, |c| c == 1 || (c > 1 && pred.holds(u128::from(c - 2))), f);
+        }
+        let truth: Vec<bool> = (0..self.dict.len() / width(self.field))
+            .map(|i| self.dict_value(i).is_some_and(|v| pred.holds(v)))
+            .collect();
+        let from = if truth.iter().any(|&x| x) { self.lo } else { self.unknown_lo };
+        self.rows_where(from, |c| c == 1 || (c > 1 && truth.get(c as usize - 2).copied().unwrap_or(true)), f)
     }
 
-    /// Calls `f(row)` for every row whose code `truth` accepts (a code past it, which only damage the checksum
-    /// missed can store, is accepted). `values`: whether `truth` accepts a dictionary value; when it does not,
-    /// only the rows from the first unknown one are read (unknown fields are in the last rows of a table).
-    fn rows_where(&self, truth: &[bool], values: bool, mut f: impl FnMut(usize)) {
-        let from = if values {
-            self.lo
-        } else if truth.get(1).copied().unwrap_or(false) {
-            self.unknown_lo
-        } else {
+    /// Calls `f(row)` for every row whose value is unknown.
+    fn unknown_rows(&self, f: impl FnMut(usize)) {
+        self.rows_where(self.unknown_lo, |c| c == 1, f)
+    }
+
+    /// Calls `f(row)` for every row from `from` whose code `accept` takes.
+    fn rows_where(&self, from: usize, accept: impl Fn(u64) -> bool, mut f: impl FnMut(usize)) {
+        if from >= self.hi {
             return;
-        };
+        }
         for (j, code) in self.codes.iter_from(from - self.lo).enumerate() {
-            if truth.get(code as usize).copied().unwrap_or(true) {
+            if accept(code) {
                 f(from + j);
             }
         }
@@ -413,9 +443,8 @@ impl<'a> KeyTable<'a> {
         }
         let col = self.column(f)?;
         // Rows outside a column's stored range are missing, which fails: only the stored codes are read.
-        let (truth, values) = col.truth(pred);
         let mut rows = Vec::new();
-        col.rows_where(&truth, values, |row| rows.push(row as u32));
+        col.rows_matching(pred, |row| rows.push(row as u32));
         let rows = std::sync::Arc::new(rows);
         let mut scans = lock();
         if scans.len() >= 64 {
@@ -450,10 +479,7 @@ impl<'a> KeyTable<'a> {
     pub(crate) fn known(&self, field: Field) -> Result<KeySet, Damage> {
         let mut out = KeySet::new(self.len(), true);
         for (f, dir) in [(field, 0), (mirror(field), 1)] {
-            let col = self.column(f)?;
-            let mut truth = vec![false; col.dict_len() + 2];
-            truth[1] = true;
-            col.rows_where(&truth, false, |row| out.remove(2 * row + dir));
+            self.column(f)?.unknown_rows(|row| out.remove(2 * row + dir));
         }
         Ok(out)
     }
@@ -512,12 +538,13 @@ pub(crate) fn pair_keys(keys: &[Key]) -> (Vec<Key>, Vec<u32>) {
 mod tests {
     use super::*;
     use pcaptool_packet::LinkType;
+    use proptest::prelude::*;
 
     proptest::proptest! {
         /// The key and flags code equal their definition read field by field with `get`.
         #[test]
         fn key_and_flags_read_every_field_as_get_does(
-            mut frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            mut frame in proptest::collection::vec(any::<u8>(), 0..80),
             ether in proptest::sample::select(vec![0x0800u16, 0x86dd, 0x0806, 0x8035, 0x8100, 0x1234]),
             proto in proptest::sample::select(vec![6u8, 17, 132, 1]),
         ) {
@@ -626,6 +653,51 @@ mod tests {
         assert!(e.why.contains("IPv4 source") || e.why.contains("column"), "{}", e.why);
         let syn = Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 };
         assert!(!code_may(0, &syn) && code_may(1, &syn) && code_may(2 + 0x12, &syn) && !code_may(2 + 0x10, &syn));
+    }
+
+    proptest! {
+        /// A column answers the same stored as raw values or through its dictionary.
+        #[test]
+        fn raw_and_dictionary_columns_agree(
+            flows in prop::collection::vec((0u8..4, 0u16..8, any::<u16>(), any::<bool>()), 1..60),
+            lo in any::<u16>(),
+            span in any::<u16>(),
+        ) {
+            let keys: Vec<Key> = flows
+                .iter()
+                .map(|&(host, sport_hi, sport, unknown)| {
+                    let f = frame([10, 0, 0, host], (sport_hi << 13) | (sport % 64));
+                    let link = if unknown { LinkType(101) } else { LinkType::ETHERNET };
+                    key_of(&PacketFields::new(link, &f, if sport % 3 == 0 { 20 } else { 60 }, 0))
+                })
+                .collect();
+            let (rows, _) = pair_keys(&keys);
+            for (i, f) in KEY_FIELDS.into_iter().enumerate() {
+                if width(f) > RAW_MAX_WIDTH {
+                    continue;
+                }
+                let read = |raw: bool| {
+                    let mut out = Out::default();
+                    write_column_as(&mut out, &rows, i, Some(raw));
+                    out.into_inner()
+                };
+                let (a, b) = (read(true), read(false));
+                let (a, b) = (Column::read(&a, f, rows.len()).unwrap(), Column::read(&b, f, rows.len()).unwrap());
+                prop_assert!(a.raw && !b.raw);
+                for r in 0..rows.len() {
+                    prop_assert_eq!(a.value(r), b.value(r));
+                }
+                let hi = (u128::from(lo) + u128::from(span)).min((1u128 << (8 * width(f))) - 1);
+                let pred = Pred::range(f, u128::from(lo).min(hi), hi);
+                let rows_of = |c: &Column<'_>, unknown: bool| {
+                    let mut v = Vec::new();
+                    if unknown { c.unknown_rows(|r| v.push(r)) } else { c.rows_matching(&pred, |r| v.push(r)) }
+                    v
+                };
+                prop_assert_eq!(rows_of(&a, false), rows_of(&b, false));
+                prop_assert_eq!(rows_of(&a, true), rows_of(&b, true));
+            }
+        }
     }
 
     #[test]
