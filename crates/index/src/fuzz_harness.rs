@@ -21,7 +21,7 @@ struct Fixture {
 }
 
 /// A 1500-packet Ethernet trace with varied addresses, ports, flags, lengths and a few ARP frames, and its
-/// index in chunks of 1024 packets.
+/// index in chunks of 1024 packets (whose source port column is raw, the others dictionaries).
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
@@ -39,9 +39,11 @@ fn fixture() -> &'static Fixture {
                 f[12..14].copy_from_slice(&[0x08, 0x00]);
                 f[14] = 0x45;
                 f[23] = if i % 3 == 0 { 17 } else { 6 };
-                f[26..30].copy_from_slice(&[10, 0, (i % 11) as u8, (i % 13) as u8]);
-                f[30..34].copy_from_slice(&[192, 168, 0, (i % 17) as u8]);
-                f[34..36].copy_from_slice(&(1024 + (i % 50) as u16).to_be_bytes());
+                // 700 flows (times two protocols), each with its own client port: that column is stored raw.
+                let flow = i % 700;
+                f[26..30].copy_from_slice(&[10, 0, (flow % 11) as u8, (flow % 13) as u8]);
+                f[30..34].copy_from_slice(&[192, 168, 0, (flow % 17) as u8]);
+                f[34..36].copy_from_slice(&(1024 + flow as u16 * 83).to_be_bytes());
                 f[36..38].copy_from_slice(&[0, 80]);
                 f[47] = (i % 64) as u8;
             }
@@ -113,6 +115,10 @@ fn exercise(path: &Path, bytes: Vec<u8>, fx: &Fixture) {
         Need::All,
         Need::Pred(Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0aff_ffff)),
         Need::and(vec![
+            Need::Pred(Pred::range(Field::Ip4Dst, 0xc0a8_0000, 0xc0a8_0003)),
+            Need::Pred(Pred::range(Field::SrcPort, 2000, 30000)),
+        ]),
+        Need::and(vec![
             Need::Pred(Pred::range(Field::DstPort, 80, 80)),
             Need::Pred(Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 }),
         ]),
@@ -164,6 +170,13 @@ mod tests {
         let fx = fixture();
         let file = IndexFile::from_bytes(Path::new("x"), fx.index.clone()).expect("valid");
         assert_eq!(file.packets(), 1500);
+        // Both column encodings are there for the edits to reach: a column's `raw` word is its sixth.
+        let raw = |part: usize| {
+            let at = HEADER_LEN + 32 + 16 * part;
+            le32(&fx.index, HEADER_LEN + le32(&fx.index, at).unwrap() as usize + 20).unwrap()
+        };
+        let columns: Vec<u32> = (2..2 + crate::keys::KEY_FIELDS.len()).map(raw).collect();
+        assert!(columns.contains(&1) && columns.contains(&0), "{columns:?}");
         from_bytes(&[]);
         // Every single-byte edit of the fixture, sealed again: an error or a harmless view, never a panic.
         for at in (0..fx.index.len()).step_by(23) {
