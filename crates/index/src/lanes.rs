@@ -489,7 +489,8 @@ mod tests {
             order.sort_by_key(|&r| (Reverse(weight[r]), first[r], r));
             let mut naive = vec![u32::MAX; flows.len()];
             for &r in &order {
-                let clash = |l: u32| (0..flows.len()).any(|q| naive[q] == l && first[q] <= last[r] && first[r] <= last[q]);
+                let overlaps = |q: usize| first[q] <= last[r] && first[r] <= last[q];
+                let clash = |l: u32| (0..flows.len()).any(|q| naive[q] == l && overlaps(q));
                 naive[r] = (0..).find(|&l| !clash(l)).unwrap();
             }
             let naive_used = naive.iter().max().map_or(0, |&l| l + 1);

@@ -468,8 +468,9 @@ impl<B: BitVectorCodec, W: Words> Encode for HuffmanWaveletTree<B, W> {
 }
 
 impl<'a, B: BitVector + DecodeBitVector<'a>> HuffmanWaveletTree<B, LeBytes<'a>> {
-    /// Loads a file written by [`Encode::write_to`] without copying, validating every field: the codes against
-    /// the code lengths, the level table against the bits, and every symbol's path against its slot.
+    /// Loads a file written by [`Encode::write_to`] without copying its arrays (the directories of an
+    /// [`RsBitVector`](crate::RsBitVector) are computed), validating every field: the codes against the code
+    /// lengths, the level table against the bits, and every symbol's path against its slot.
     pub fn from_bytes(bytes: &'a [u8]) -> Result<HuffmanWaveletTree<B, LeBytes<'a>>, Error> {
         let mut r = Reader::open(bytes, kind::HUFFMAN_WT)?;
         let at = r.offset();

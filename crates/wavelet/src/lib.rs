@@ -7,8 +7,10 @@
 //! - [`WaveletMatrix`]: the balanced alternative, `n·⌈log2(max+1)⌉` bits.
 //!
 //! Every structure writes a documented binary format (docs/format/wavelet.md: magic, version, CRC-32) with a
-//! streaming writer ([`Encode::write_to`]) and loads from `&[u8]` without copying (usable straight from an mmap)
-//! through a safe `from_bytes` that validates everything: corrupt or hostile bytes give an [`Error`], never a panic.
+//! streaming writer ([`Encode::write_to`]) and loads from `&[u8]` without copying its bits (usable straight from an
+//! mmap; an [`RsBitVector`]'s rank and select directories are computed into memory while loading, so a file may
+//! leave them out) through a safe `from_bytes` that validates everything: corrupt or hostile bytes give an
+//! [`Error`], never a panic.
 //!
 //! ```
 //! use pcaptool_wavelet::{BitVector, Encode, HuffmanWaveletTree, RsBitVector};

@@ -273,7 +273,8 @@ impl<B: BitVectorCodec, W: Words> Encode for WaveletMatrix<B, W> {
 }
 
 impl<'a, B: BitVector + DecodeBitVector<'a>> WaveletMatrix<B, LeBytes<'a>> {
-    /// Loads a file written by [`Encode::write_to`] without copying, validating every field.
+    /// Loads a file written by [`Encode::write_to`] without copying its arrays (the directories of an
+    /// [`RsBitVector`](crate::RsBitVector) are computed), validating every field.
     pub fn from_bytes(bytes: &'a [u8]) -> Result<WaveletMatrix<B, LeBytes<'a>>, Error> {
         let mut r = Reader::open(bytes, kind::WAVELET_MATRIX)?;
         let at = r.offset();
