@@ -63,8 +63,9 @@ pub(crate) fn assign(class: &[u8], first: &[u32], last: &[u32], packets: &[u32])
     for c in 0..CLASSES {
         lane_base[c] = base;
         let r = class_start[c] as usize..class_start[c + 1] as usize;
-        let used = first_fit_by_weight(&first[r.clone()], &last[r.clone()], &packets[r.clone()], &mut lane[r.clone()])
-            .unwrap_or_else(|| lowest_free(&first[r.clone()], &last[r.clone()], &mut lane[r]));
+        let (f, l, p) = (&first[r.clone()], &last[r.clone()], &packets[r.clone()]);
+        let used = first_fit_by_weight(f, l, p, &mut lane[r.clone()], TREE_WORDS)
+            .unwrap_or_else(|| lowest_free(f, l, &mut lane[r]));
         base += used;
     }
     lane_base[CLASSES] = base;
@@ -104,13 +105,23 @@ fn lowest_free(first: &[u32], last: &[u32], lane: &mut [u32]) -> u32 {
     used
 }
 
+/// Words a lane assignment's segment tree may take (32 MiB); a class that would need more is placed by
+/// [`lowest_free`], so the memory a chunk's build takes stays bounded whatever the traffic.
+const TREE_WORDS: usize = 1 << 22;
+
 /// Flows heaviest first, each to the lowest lane with no placed flow open at any of its packets; returns the lanes
 /// used, or `None` when a flow finds every lane it tracks taken (at least twice as many as flows are ever open at
-/// once; the caller then uses [`lowest_free`]).
+/// once) or the tree would take more than `max_words` words (the caller then uses [`lowest_free`]).
 ///
 /// Which lanes are taken where is a segment tree over the flows' first and last packets (`cover`: lanes taken over
 /// a node's whole range; `any`: lanes taken anywhere in it), so a flow costs two walks of its height.
-fn first_fit_by_weight(first: &[u32], last: &[u32], packets: &[u32], lane: &mut [u32]) -> Option<u32> {
+fn first_fit_by_weight(
+    first: &[u32],
+    last: &[u32],
+    packets: &[u32],
+    lane: &mut [u32],
+    max_words: usize,
+) -> Option<u32> {
     let rows = first.len();
     if rows == 0 {
         return Some(0);
@@ -122,6 +133,9 @@ fn first_fit_by_weight(first: &[u32], last: &[u32], packets: &[u32], lane: &mut 
     coords.sort_unstable();
     coords.dedup();
     let size = coords.len().next_power_of_two();
+    if 4 * size * words > max_words {
+        return None;
+    }
     let at = |p: u32| coords.partition_point(|&c| c < p);
     let mut cover = vec![0u64; 2 * size * words];
     let mut any = vec![0u64; 2 * size * words];
@@ -484,7 +498,8 @@ mod tests {
             let last: Vec<u32> = flows.iter().map(|f| f.1).collect();
             let weight: Vec<u32> = flows.iter().map(|f| f.2).collect();
             let mut lane = vec![0; flows.len()];
-            let used = first_fit_by_weight(&first, &last, &weight, &mut lane);
+            prop_assert_eq!(first_fit_by_weight(&first, &last, &weight, &mut lane, 3), None, "past its memory");
+            let used = first_fit_by_weight(&first, &last, &weight, &mut lane, TREE_WORDS);
             let mut order: Vec<usize> = (0..flows.len()).collect();
             order.sort_by_key(|&r| (Reverse(weight[r]), first[r], r));
             let mut naive = vec![u32::MAX; flows.len()];
