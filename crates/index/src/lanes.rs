@@ -1,9 +1,10 @@
 //! Flows and lanes: how the index says which flow every packet belongs to in about as many bits as there are
 //! flows open at once.
 //!
-//! A chunk's key table has one row per flow (both directions). Flows are laid out in *lanes*: a flow takes the
-//! lowest lane that no open flow of its row class holds (a flow is open from its first to its last packet in the
-//! chunk), so a lane holds one flow after another and there are about as many lanes as flows open at once. Every
+//! A chunk's key table has one row per flow (both directions). Flows are laid out in *lanes*: no two flows of a
+//! lane are open at once (a flow is open from its first to its last packet in the chunk), so a lane holds one flow
+//! after another and there are about as many lanes as flows open at once; the builder places the heaviest flows
+//! first, each in the lowest lane of its row class where it fits ([`assign`]). Every
 //! packet's symbol in the lane sequence is `2·lane + direction`, held by one wavelet tree: on traffic where each
 //! packet is one of a hundred open flows, a symbol costs about 7 bits, where a row number would cost 15 and
 //! per-group lists of keys cost more (docs/BENCHMARKS.md). The flow part of a chunk keeps, per row, its lane and its
@@ -48,7 +49,7 @@ pub(crate) struct Lanes {
 /// Assigns lanes: `class` of every row (non-decreasing), `first`/`last` packet and `packets` of every row (`first`
 /// increasing within a class). Within a class, flows take lanes heaviest first, each the lowest lane where no flow
 /// already placed is open at any of its packets (first fit by weight): the packets concentrate on few lanes, so the
-/// lane sequence's Huffman code is shorter than when each flow takes the lowest lane free at its first packet (7%
+/// lane sequence's Huffman code is shorter than when each flow takes the lowest lane free at its first packet (1.8%
 /// on the generated trace, docs/BENCHMARKS.md). Any assignment where the flows of a lane do not overlap reads the
 /// same way.
 pub(crate) fn assign(class: &[u8], first: &[u32], last: &[u32], packets: &[u32]) -> Lanes {
