@@ -437,8 +437,9 @@ fn head_bytes(o: &Out) -> &[u8] {
     o.as_slice()
 }
 
-/// Words per rank sample of the sequences' bit vectors: 16 keeps rank samples at 6.25% of the bits (the default
-/// 8 takes 25%, 0.4 byte a packet more on the generated trace) for at most 15 popcounts per rank.
+/// Words per rank sample of the sequences' bit vectors, which a reader computes when it loads them (they are not
+/// written): 16 keeps the samples in memory at 6.25% of the bits, for at most 15 popcounts per rank; 8 (rank9, 25%)
+/// measured no faster on a needle query (docs/BENCHMARKS.md).
 const RANK_RATE: usize = 16;
 
 /// A per-packet sequence as the smaller wavelet structure, by the sizes both would have: a Huffman-shaped tree
