@@ -176,7 +176,8 @@ impl Entry {
 
 /// The live flows: entries in a vector, found through an open-addressing index (linear probing) of 8-byte
 /// slots, each the upper half of the key's hash and the entry's position + 1 (0: empty). A lookup reads the
-/// index (small enough to stay in cache) and then one entry. The hash is seeded per table, so that traffic
+/// index and then one entry (with 20,000 flows the index is 512 KiB, and streaming packets push it out of cache: its
+/// load is most of a lookup's time, docs/BENCHMARKS.md). The hash is seeded per table, so that traffic
 /// cannot be crafted to collide.
 #[derive(Debug)]
 struct Table {

@@ -348,11 +348,13 @@ impl<'a> Column<'a> {
         if self.raw {
             return self.rows_where(self.lo, |c| c == 1 || (c > 1 && pred.holds(u128::from(c - 2))), f);
         }
-        let truth: Vec<bool> = (0..self.dict.len() / width(self.field))
-            .map(|i| self.dict_value(i).is_some_and(|v| pred.holds(v)))
-            .collect();
-        let from = if truth.iter().any(|&x| x) { self.lo } else { self.unknown_lo };
-        self.rows_where(from, |c| c == 1 || (c > 1 && truth.get(c as usize - 2).copied().unwrap_or(true)), f)
+        // Truth per code: missing fails, unknown may, then each dictionary value.
+        let mut truth = vec![false, true];
+        truth.extend(
+            (0..self.dict.len() / width(self.field)).map(|i| self.dict_value(i).is_some_and(|v| pred.holds(v))),
+        );
+        let from = if truth[2..].iter().any(|&x| x) { self.lo } else { self.unknown_lo };
+        self.rows_where(from, |c| truth.get(c as usize).copied().unwrap_or(true), f)
     }
 
     /// Calls `f(row)` for every row whose value is unknown.
