@@ -186,6 +186,30 @@ mod tests {
         }
     }
 
+    /// A value no row of a chunk has is answered from the key columns alone: the chunk's lane sequence is not
+    /// loaded (a needle for an absent host costs no lane checksum or rank directory). Shown by damaging the lane
+    /// sequence: counting and selecting an absent address still answer 0, a present one is refused.
+    #[test]
+    fn an_absent_value_does_not_load_the_lane_sequence() {
+        let fx = fixture();
+        let first_chunk = HEADER_LEN;
+        let at = first_chunk + 32 + 16 * (PARTS - 2);
+        let (po, pl) = (le32(&fx.index, at).unwrap() as usize, le32(&fx.index, at + 4).unwrap() as usize);
+        let mut b = fx.index.clone();
+        b[first_chunk + po + pl / 2] ^= 0x10;
+        reseal(&mut b);
+        let file = IndexFile::from_bytes(Path::new("x"), b).expect("header and directory sealed");
+        let view = file.view().expect("view");
+        let absent = Need::Pred(Pred::range(Field::Ip4Src, 0xcb00_7101, 0xcb00_7101));
+        assert_eq!(view.estimate_need(&absent).expect("absent: estimate"), 0);
+        let (sure, maybe) = view.count(&absent).expect("absent: count");
+        assert_eq!((sure, maybe.count()), (0, 0));
+        assert_eq!(view.select(&absent).expect("absent: select").count(), 0);
+        let present = Need::Pred(Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0a00_0000));
+        let err = view.select(&present).expect_err("a present address reads the damaged lanes");
+        assert!(err.to_string().contains("lane sequence"), "{err}");
+    }
+
     /// The lane and shape sequences are checked by their own (wavelet format) checksum, not the part table's: a
     /// flipped byte anywhere in either, with every part-table, head, directory and header checksum sealed to match,
     /// is still refused, never answered from.

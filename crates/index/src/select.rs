@@ -751,9 +751,15 @@ impl<'a> ChunkView<'a> {
             let t = self.totals()?;
             return Ok(truth.iter().map(|k| t.get(k).copied().unwrap_or(0) as usize).sum());
         }
+        // The lane sequence is loaded (checksummed, its directories computed) only when a key of the chunk matches:
+        // a value absent from the chunk costs its key columns alone.
+        let spans = self.key_spans(truth)?;
+        if spans.is_empty() {
+            return Ok(0);
+        }
         let lanes = self.lanes()?;
         let mut total = 0;
-        for (_, sym, s, e) in self.key_spans(truth)? {
+        for (_, sym, s, e) in spans {
             let (a, b) = (s.max(l), e.min(r));
             if a < b {
                 total += lanes.rank(sym, b) - lanes.rank(sym, a);
@@ -771,10 +777,14 @@ impl<'a> ChunkView<'a> {
         out: &mut Vec<u32>,
         mut keys: Option<&mut Vec<u32>>,
     ) -> Result<(), Damage> {
+        let spans = self.key_spans(truth)?;
+        if spans.is_empty() {
+            return Ok(());
+        }
         let lanes = self.lanes()?;
         let start = out.len();
         let mut runs = 0;
-        for (k, sym, s, e) in self.key_spans(truth)? {
+        for (k, sym, s, e) in spans {
             let (a, b) = (s.max(l), e.min(r));
             if a < b {
                 let before = out.len();
