@@ -96,9 +96,45 @@ struct SlotFlow {
     kind: u8,
 }
 
-/// The buffers of a closed writer, kept for the next (their memory is already faulted in).
+/// The buffers of a closed writer, emptied and kept for the next (their memory is already faulted in).
 #[derive(Debug, Default)]
-pub(crate) struct Spare(Vec<u8>, Vec<Pending>);
+pub(crate) struct Spare {
+    buf: Vec<u8>,
+    packets: Vec<Pending>,
+    slots: Vec<SlotFlow>,
+    slot_of: FxHashMap<u64, u32>,
+    addrs: FxHashSet<[u8; 17]>,
+    ports: FxHashSet<u16>,
+}
+
+impl Spare {
+    /// Makes room for at least `bytes` of packet data and `packets` packets, and writes the memory once, so that
+    /// filling it never waits for the kernel to provide a page (a fault and the page's zeroing on first touch).
+    pub(crate) fn touch(&mut self, bytes: usize, packets: usize) {
+        let fill = Pending {
+            seq: 1,
+            ts_ns: 1,
+            at: 1,
+            slot: 1,
+            len: 1,
+            wirelen: 1,
+            payload: 1,
+            flags: 1,
+            state: ConnState::Oth,
+            from_orig: true,
+        };
+        let (buf, pending) = (&mut self.buf, &mut self.packets);
+        // Not zeros: a zeroed allocation may come from `calloc`, whose fresh pages are not touched.
+        buf.clear();
+        buf.resize(bytes.max(buf.capacity()), 0xa5);
+        std::hint::black_box(&mut *buf);
+        buf.clear();
+        pending.clear();
+        pending.resize(packets.max(pending.capacity()), fill);
+        std::hint::black_box(&mut *pending);
+        pending.clear();
+    }
+}
 
 /// Accumulates a segment's packets and writes it when closed.
 #[derive(Debug)]
@@ -173,7 +209,7 @@ impl SegmentWriter {
     }
 
     /// [`new`](Self::new), reusing the buffers of a closed writer.
-    pub(crate) fn with_spare(meta: StoreMeta, iface_name: &str, spare: Spare) -> SegmentWriter {
+    pub(crate) fn with_spare(meta: StoreMeta, iface_name: &str, mut spare: Spare) -> SegmentWriter {
         let mut end = iface_name.len().min(255);
         while !iface_name.is_char_boundary(end) {
             end -= 1;
@@ -184,12 +220,16 @@ impl SegmentWriter {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             meta,
             iface_name,
-            buf: spare.0,
-            packets: spare.1,
-            slots: vec![SlotFlow { flow: no_flow(), kind: 0 }],
-            slot_of: FxHashMap::default(),
-            addrs: FxHashSet::default(),
-            ports: FxHashSet::default(),
+            buf: spare.buf,
+            packets: spare.packets,
+            slots: {
+                spare.slots.clear();
+                spare.slots.push(SlotFlow { flow: no_flow(), kind: 0 });
+                spare.slots
+            },
+            slot_of: spare.slot_of,
+            addrs: spare.addrs,
+            ports: spare.ports,
             unknown_fields: false,
         }
     }
@@ -329,7 +369,18 @@ impl SegmentWriter {
         let r = self.close_in_place(dir, number);
         self.buf.clear();
         self.packets.clear();
-        *spare = Spare(std::mem::take(&mut self.buf), std::mem::take(&mut self.packets));
+        self.slots.clear();
+        self.slot_of.clear();
+        self.addrs.clear();
+        self.ports.clear();
+        *spare = Spare {
+            buf: std::mem::take(&mut self.buf),
+            packets: std::mem::take(&mut self.packets),
+            slots: std::mem::take(&mut self.slots),
+            slot_of: std::mem::take(&mut self.slot_of),
+            addrs: std::mem::take(&mut self.addrs),
+            ports: std::mem::take(&mut self.ports),
+        };
         r
     }
 
@@ -1127,5 +1178,47 @@ mod tests {
             }
             let _ = std::fs::remove_file(&path);
         }
+    }
+
+    /// A reserved writer holds its packets where the reservation put them: pushing within it moves no buffer
+    /// (so no page is touched for the first time), and the memory figure `Ingest::reserve` documents holds.
+    #[test]
+    fn a_reserved_writer_pushes_without_moving_its_buffers() {
+        assert_eq!(size_of::<Pending>(), 48);
+        let mut spare = Spare::default();
+        spare.touch(6000, 100);
+        assert!(spare.buf.capacity() >= 6000 && spare.packets.capacity() >= 100);
+        assert!(spare.buf.is_empty() && spare.packets.is_empty());
+        let (data_at, pending_at) = (spare.buf.as_ptr(), spare.packets.as_ptr());
+        let meta = StoreMeta {
+            linktype: LinkType::ETHERNET,
+            snaplen: 65535,
+            precision: TsPrecision::Nano,
+            swapped: false,
+            iface: 0,
+        };
+        let mut w = SegmentWriter::with_spare(meta, "x", spare);
+        let frame = [0u8; 60];
+        for i in 0..100u64 {
+            let p = PacketIn {
+                seq: i,
+                ts_ns: i,
+                wirelen: 60,
+                data: &frame,
+                flow: None,
+                fields_in_key: true,
+                from_orig: true,
+                payload: 0,
+                flags: 0,
+            };
+            w.push(&p);
+        }
+        assert_eq!(w.packets(), 100);
+        assert_eq!((w.buf.as_ptr(), w.packets.as_ptr()), (data_at, pending_at));
+        // Touching again keeps memory that is already larger.
+        let mut again =
+            Spare { buf: std::mem::take(&mut w.buf), packets: std::mem::take(&mut w.packets), ..Spare::default() };
+        again.touch(10, 1);
+        assert!(again.buf.capacity() >= 6000 && again.packets.capacity() >= 100);
     }
 }
