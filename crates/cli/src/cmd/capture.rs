@@ -81,7 +81,8 @@ pub(crate) struct Args {
     /// Kernel ring per socket.
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
     ring_size: u64,
-    /// Buffers between capture and writing, in all.
+    /// Buffers between capture and writing, in all (written once when the capture starts, so resident from
+    /// then on; the first segment's 64 MiB of packet data and its per-packet records are too).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
     buffer_size: u64,
     /// auto, af_packet or af_xdp.
