@@ -357,7 +357,8 @@ struct Pkt {
 }
 
 /// The batches not in use, last returned first: at a rate the writer keeps up with, the same few batches go
-/// round while still in cache, instead of every batch of the pool in turn.
+/// round while still in cache, instead of every batch of the pool in turn. The lock is held for one push or pop
+/// (the vector never grows past the pool's size, so never reallocates): a capture thread waits at most that long.
 #[derive(Debug)]
 struct Pool(std::sync::Mutex<Vec<Batch>>);
 
