@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use pcaptool_packet::{
     Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
-    prefetch, prefetch_item,
+    prefetch, prefetch_item, touch,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -96,7 +96,7 @@ struct SlotFlow {
     kind: u8,
 }
 
-/// The buffers of a closed writer, emptied and kept for the next (their memory is already faulted in).
+/// A writer's containers, which a closed writer hands to the next (their memory is already faulted in).
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
     buf: Vec<u8>,
@@ -108,8 +108,7 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Makes room for at least `bytes` of packet data and `packets` packets, and writes the memory once, so that
-    /// filling it never waits for the kernel to provide a page (a fault and the page's zeroing on first touch).
+    /// Makes room for at least `bytes` of packet data and `packets` packets, written once (`touch`).
     pub(crate) fn touch(&mut self, bytes: usize, packets: usize) {
         let fill = Pending {
             seq: 1,
@@ -123,16 +122,18 @@ impl Spare {
             state: ConnState::Oth,
             from_orig: true,
         };
-        let (buf, pending) = (&mut self.buf, &mut self.packets);
-        // Not zeros: a zeroed allocation may come from `calloc`, whose fresh pages are not touched.
-        buf.clear();
-        buf.resize(bytes.max(buf.capacity()), 0xa5);
-        std::hint::black_box(&mut *buf);
-        buf.clear();
-        pending.clear();
-        pending.resize(packets.max(pending.capacity()), fill);
-        std::hint::black_box(&mut *pending);
-        pending.clear();
+        touch(&mut self.buf, bytes, 0xa5);
+        touch(&mut self.packets, packets, fill);
+    }
+
+    /// Empties every container, keeping its memory.
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.packets.clear();
+        self.slots.clear();
+        self.slot_of.clear();
+        self.addrs.clear();
+        self.ports.clear();
     }
 }
 
@@ -143,12 +144,8 @@ pub struct SegmentWriter {
     id: u64,
     meta: StoreMeta,
     iface_name: String,
-    buf: Vec<u8>,
-    packets: Vec<Pending>,
-    slots: Vec<SlotFlow>,
-    slot_of: FxHashMap<u64, u32>,
-    addrs: FxHashSet<[u8; 17]>,
-    ports: FxHashSet<u16>,
+    /// Packet data, packets, flow slots (slot 0: packets of no flow), and the Bloom filters' address and port sets.
+    mem: Spare,
     /// Some packet's address or port fields are unknown (cut, or a link type whose fields are not read).
     unknown_fields: bool,
 }
@@ -220,16 +217,11 @@ impl SegmentWriter {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             meta,
             iface_name,
-            buf: spare.buf,
-            packets: spare.packets,
-            slots: {
-                spare.slots.clear();
+            mem: {
+                spare.clear();
                 spare.slots.push(SlotFlow { flow: no_flow(), kind: 0 });
-                spare.slots
+                spare
             },
-            slot_of: spare.slot_of,
-            addrs: spare.addrs,
-            ports: spare.ports,
             unknown_fields: false,
         }
     }
@@ -241,17 +233,17 @@ impl SegmentWriter {
 
     /// Position of its first packet in the store's order (`u64::MAX` while empty).
     pub fn first_seq(&self) -> u64 {
-        self.packets.first().map_or(u64::MAX, |p| p.seq)
+        self.mem.packets.first().map_or(u64::MAX, |p| p.seq)
     }
 
     /// Packets held.
     pub fn packets(&self) -> usize {
-        self.packets.len()
+        self.mem.packets.len()
     }
 
     /// Bytes the data file will have.
     pub fn data_bytes(&self) -> u64 {
-        24 + self.buf.len() as u64 + 16 * self.packets.len() as u64
+        24 + self.mem.buf.len() as u64 + 16 * self.mem.packets.len() as u64
     }
 
     /// Adds a packet.
@@ -275,10 +267,10 @@ impl SegmentWriter {
         if !p.fields_in_key {
             self.note_fields(p);
         }
-        self.packets.push(Pending {
+        self.mem.packets.push(Pending {
             seq: p.seq,
             ts_ns: p.ts_ns,
-            at: self.buf.len(),
+            at: self.mem.buf.len(),
             slot,
             len: p.data.len() as u32,
             wirelen: p.wirelen,
@@ -287,20 +279,20 @@ impl SegmentWriter {
             state: p.flow.map_or(ConnState::Oth, |f| f.3),
             from_orig: p.from_orig,
         });
-        self.buf.extend_from_slice(p.data);
+        self.mem.buf.extend_from_slice(p.data);
     }
 
     /// The slot of flow `id`, new if the flow has none yet (its endpoints then go into the Bloom filters' sets).
     #[cold]
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
-        *self.slot_of.entry(id).or_insert_with(|| {
+        *self.mem.slot_of.entry(id).or_insert_with(|| {
             let key = FlowKey::from(tuple);
-            self.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1 });
-            self.addrs.insert(addr_key(key.lo_addr));
-            self.addrs.insert(addr_key(key.hi_addr));
-            self.ports.insert(key.lo_port);
-            self.ports.insert(key.hi_port);
-            (self.slots.len() - 1) as u32
+            self.mem.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1 });
+            self.mem.addrs.insert(addr_key(key.lo_addr));
+            self.mem.addrs.insert(addr_key(key.hi_addr));
+            self.mem.ports.insert(key.lo_port);
+            self.mem.ports.insert(key.hi_port);
+            (self.mem.slots.len() - 1) as u32
         })
     }
 
@@ -340,17 +332,17 @@ impl SegmentWriter {
             match value {
                 FieldValue::Value(v) if i < 4 => {
                     if !endpoint(v, false) {
-                        self.addrs.insert(v4_key(v));
+                        self.mem.addrs.insert(v4_key(v));
                     }
                 }
                 FieldValue::Value(v) if i < 6 => {
                     if !endpoint(v, true) {
-                        self.addrs.insert(v6_key(v));
+                        self.mem.addrs.insert(v6_key(v));
                     }
                 }
                 FieldValue::Value(v) => {
                     if !key.is_some_and(|k| u128::from(k.lo_port) == v || u128::from(k.hi_port) == v) {
-                        self.ports.insert(v as u16);
+                        self.mem.ports.insert(v as u16);
                     }
                 }
                 FieldValue::Unknown => self.unknown_fields = true,
@@ -367,20 +359,7 @@ impl SegmentWriter {
     /// [`close`](Self::close), keeping the writer's buffers (emptied) in `spare` for the next segment.
     pub(crate) fn close_keeping(mut self, dir: &Path, number: u32, spare: &mut Spare) -> Result<Stage1, StoreError> {
         let r = self.close_in_place(dir, number);
-        self.buf.clear();
-        self.packets.clear();
-        self.slots.clear();
-        self.slot_of.clear();
-        self.addrs.clear();
-        self.ports.clear();
-        *spare = Spare {
-            buf: std::mem::take(&mut self.buf),
-            packets: std::mem::take(&mut self.packets),
-            slots: std::mem::take(&mut self.slots),
-            slot_of: std::mem::take(&mut self.slot_of),
-            addrs: std::mem::take(&mut self.addrs),
-            ports: std::mem::take(&mut self.ports),
-        };
+        *spare = std::mem::take(&mut self.mem);
         r
     }
 
@@ -409,28 +388,28 @@ impl SegmentWriter {
     fn write(&mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
         // Slots in flow-id order (slot 0, the packets of no flow, first), so that stage 2 finds an id by binary
         // search; packets by slot, each flow's in original order (they arrived in it, and the sort is stable).
-        let mut by_id: Vec<u32> = (1..self.slots.len() as u32).collect();
-        by_id.sort_unstable_by_key(|&s| self.slots[s as usize].flow.id);
-        let mut new_slot = vec![0u32; self.slots.len()];
+        let mut by_id: Vec<u32> = (1..self.mem.slots.len() as u32).collect();
+        by_id.sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
+        let mut new_slot = vec![0u32; self.mem.slots.len()];
         for (i, &s) in by_id.iter().enumerate() {
             new_slot[s as usize] = i as u32 + 1;
         }
-        for p in &mut self.packets {
+        for p in &mut self.mem.packets {
             p.slot = new_slot[p.slot as usize];
         }
-        let mut old: Vec<Option<SlotFlow>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
-        self.slots =
+        let mut old: Vec<Option<SlotFlow>> = std::mem::take(&mut self.mem.slots).into_iter().map(Some).collect();
+        self.mem.slots =
             std::iter::once(0).chain(by_id.iter().map(|&s| s as usize)).filter_map(|s| old[s].take()).collect();
         // Counting sort by slot (stable: each flow's packets stay in arrival order).
-        let mut next = vec![0u32; self.slots.len() + 1];
-        for p in &self.packets {
+        let mut next = vec![0u32; self.mem.slots.len() + 1];
+        for p in &self.mem.packets {
             next[p.slot as usize + 1] += 1;
         }
         for i in 1..next.len() {
             next[i] += next[i - 1];
         }
-        let mut order = vec![0u32; self.packets.len()];
-        for (i, p) in self.packets.iter().enumerate() {
+        let mut order = vec![0u32; self.mem.packets.len()];
+        for (i, p) in self.mem.packets.iter().enumerate() {
             order[next[p.slot as usize] as usize] = i as u32;
             next[p.slot as usize] += 1;
         }
@@ -444,7 +423,7 @@ impl SegmentWriter {
         h[20..24].copy_from_slice(&self.meta.linktype.0.to_le_bytes());
         w.put(&h).map_err(io)?;
         let mut at = 24u64;
-        let nslots = self.slots.len();
+        let nslots = self.mem.slots.len();
         let mut spans = vec![(0u64, 0u32, 0u64); nslots]; // data len, packets, positions bytes
         let mut positions = Vec::new();
         let mut last_seq = vec![0u64; nslots];
@@ -452,16 +431,16 @@ impl SegmentWriter {
         for (k, &i) in order.iter().enumerate() {
             // The packets are read out of arrival order: start loading the ones a few steps ahead.
             if let Some(&j) = order.get(k + AHEAD) {
-                let q = &self.packets[j as usize];
-                prefetch(&self.buf, q.at);
-                prefetch(&self.buf, (q.at + q.len as usize).saturating_sub(1));
+                let q = &self.mem.packets[j as usize];
+                prefetch(&self.mem.buf, q.at);
+                prefetch(&self.mem.buf, (q.at + q.len as usize).saturating_sub(1));
             }
             if let Some(&j) = order.get(k + 2 * AHEAD) {
-                prefetch_item(&self.packets, j as usize);
+                prefetch_item(&self.mem.packets, j as usize);
             }
-            let p = self.packets[i as usize];
+            let p = self.mem.packets[i as usize];
             let s = p.slot as usize;
-            let f = &mut self.slots[s].flow;
+            let f = &mut self.mem.slots[s].flow;
             f.first_ns = f.first_ns.min(p.ts_ns);
             f.last_ns = f.last_ns.max(p.ts_ns);
             if s != 0 {
@@ -482,7 +461,7 @@ impl SegmentWriter {
             rh[8..12].copy_from_slice(&p.len.to_le_bytes());
             rh[12..16].copy_from_slice(&p.wirelen.to_le_bytes());
             w.put(&rh).map_err(io)?;
-            w.put(&self.buf[p.at..p.at + p.len as usize]).map_err(io)?;
+            w.put(&self.mem.buf[p.at..p.at + p.len as usize]).map_err(io)?;
             let rec = 16 + u64::from(p.len);
             spans[s].0 += rec;
             spans[s].1 += 1;
@@ -491,29 +470,29 @@ impl SegmentWriter {
         w.finish().map_err(io)?;
 
         // Stage 1: what rules the segment out without reading further.
-        let mut addr_bloom = Bloom::with_rate(self.addrs.len(), BLOOM_FPR);
-        for a in &self.addrs {
+        let mut addr_bloom = Bloom::with_rate(self.mem.addrs.len(), BLOOM_FPR);
+        for a in &self.mem.addrs {
             addr_bloom.insert(bloom_bytes(a));
         }
-        let mut port_bloom = Bloom::with_rate(self.ports.len(), BLOOM_FPR);
-        for p in &self.ports {
+        let mut port_bloom = Bloom::with_rate(self.mem.ports.len(), BLOOM_FPR);
+        for p in &self.mem.ports {
             port_bloom.insert(&p.to_be_bytes());
         }
         let mut id_bloom = Bloom::with_rate(nslots - 1, BLOOM_FPR);
-        for sf in self.slots.iter().skip(1) {
+        for sf in self.mem.slots.iter().skip(1) {
             id_bloom.insert(&sf.flow.id.to_le_bytes());
         }
-        let ids = self.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
+        let ids = self.mem.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
         let stage1 = Stage1 {
             number,
             meta: self.meta,
-            packets: self.packets.len() as u64,
+            packets: self.mem.packets.len() as u64,
             bytes: at,
             flows: (nslots - 1) as u32,
-            t_min: self.packets.iter().map(|p| p.ts_ns).min().unwrap_or(0),
-            t_max: self.packets.iter().map(|p| p.ts_ns).max().unwrap_or(0),
-            seq_min: self.packets.first().map_or(0, |p| p.seq),
-            seq_max: self.packets.last().map_or(0, |p| p.seq),
+            t_min: self.mem.packets.iter().map(|p| p.ts_ns).min().unwrap_or(0),
+            t_max: self.mem.packets.iter().map(|p| p.ts_ns).max().unwrap_or(0),
+            seq_min: self.mem.packets.first().map_or(0, |p| p.seq),
+            seq_max: self.mem.packets.last().map_or(0, |p| p.seq),
             flow_min: ids.clone().min().unwrap_or(u64::MAX),
             flow_max: ids.max().unwrap_or(0),
             unknown_fields: self.unknown_fields,
@@ -528,6 +507,7 @@ impl SegmentWriter {
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
         let ins: Vec<SlotIn<'_>> = self
+            .mem
             .slots
             .iter()
             .enumerate()
@@ -1214,10 +1194,9 @@ mod tests {
             w.push(&p);
         }
         assert_eq!(w.packets(), 100);
-        assert_eq!((w.buf.as_ptr(), w.packets.as_ptr()), (data_at, pending_at));
+        assert_eq!((w.mem.buf.as_ptr(), w.mem.packets.as_ptr()), (data_at, pending_at));
         // Touching again keeps memory that is already larger.
-        let mut again =
-            Spare { buf: std::mem::take(&mut w.buf), packets: std::mem::take(&mut w.packets), ..Spare::default() };
+        let mut again = std::mem::take(&mut w.mem);
         again.touch(10, 1);
         assert!(again.buf.capacity() >= 6000 && again.packets.capacity() >= 100);
     }

@@ -54,7 +54,7 @@ pub use read::{
     Compression, FileFormat, Interface, MAX_SNAPLEN, Peek, ReadOptions, Record, Records, Seeker, TraceReader,
     TsResolution, max_caplen,
 };
-pub use sys::{MappedFile, prefetch, prefetch_item};
+pub use sys::{MappedFile, prefetch, prefetch_item, touch};
 pub use time::{Rfc3339, TimeParseError, parse_time};
 pub use types::{EtherType, IpProto, LinkType, TsPrecision};
 pub use write::{Compressor, OutputFormat, PcapNgWriter, PcapWriter, TraceWriter, pcap_record_header, precision_for};

@@ -45,6 +45,17 @@ impl MappedFile {
     }
 }
 
+/// Makes `v` empty with room for at least `n` items, every item of that room written once with `fill`, so that
+/// filling it later never waits for the kernel to provide a page (on first touch a page costs a fault and its
+/// zeroing). `fill` should not be all zero bits: a zeroed allocation may come from `calloc`, whose fresh pages are
+/// never touched.
+pub fn touch<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
+    v.clear();
+    v.resize(n.max(v.capacity()), fill);
+    std::hint::black_box(&mut *v);
+    v.clear();
+}
+
 /// Asks the CPU to start loading the cache line holding `data[at]`, if that index exists: for loops that read
 /// scattered bytes in an order they know a few steps ahead.
 #[inline(always)]
