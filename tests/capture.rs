@@ -203,7 +203,10 @@ fn queries_during_capture_and_sigint() {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert!(child.try_wait().unwrap().is_none(), "capture still running");
+    if let Some(status) = child.try_wait().unwrap() {
+        let said: Vec<String> = lines.try_iter().collect();
+        panic!("capture still running: it ended ({status}) saying {said:?}");
+    }
     assert_eq!(count, sent.len(), "a query during capture sees every flushed packet");
     let o = run(Command::new("kill").args(["-INT", &child.id().to_string()]));
     assert!(o.status.success());
