@@ -121,8 +121,8 @@ pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
         for pass in 0..2u64 {
             let (c0, t0) = (cpu_seconds(), Instant::now());
             for (i, f) in frames.iter().enumerate() {
-                // The hint a capture's writer gives eight packets ahead (`Sink::prefetch`).
-                if let Some(g) = frames.get(i + 8) {
+                // The hint a capture's writer gives ahead of each packet (`Sink::prefetch`).
+                if let Some(g) = frames.get(i + pcaptool_flowstore::PREFETCH_AHEAD) {
                     ingest.prefetch(meta.linktype, g);
                 }
                 let ts = 1_700_000_000_000_000_000 + (pass * n as u64 + i as u64) * 67;

@@ -128,9 +128,10 @@ pub trait Sink {
     fn packet(&mut self, iface: u32, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), SinkError>;
     /// Makes everything taken so far durable and visible.
     fn flush(&mut self) -> Result<(), SinkError>;
-    /// A hint that a packet of interface `iface` with bytes `data` comes soon (the writer gives it a few packets
-    /// ahead): a sink may start loading what taking it will read. It must change nothing.
-    fn prefetch(&self, _iface: u32, _data: &[u8]) {}
+    /// A hint that a packet of interface `iface` with bytes `data` comes soon (the writer gives it
+    /// [`PREFETCH_AHEAD`] packets ahead): a sink may start loading what taking it will read. It must change
+    /// nothing that taking packets gives.
+    fn prefetch(&mut self, _iface: u32, _data: &[u8]) {}
     /// Flows seen so far (for statistics; 0 if the sink does not track flows).
     fn flows(&self) -> u64 {
         0
@@ -882,8 +883,9 @@ impl Writer<'_> {
     }
 }
 
-/// How many packets ahead of the one it hands over the writer gives the sink its [`Sink::prefetch`] hint.
-const PREFETCH_AHEAD: usize = 8;
+/// How many packets ahead of the one it hands over the writer gives the sink its [`Sink::prefetch`] hint (the
+/// flow store's ingest works on each hint in steps over the 16 packets after it).
+pub const PREFETCH_AHEAD: usize = 16;
 
 /// How long after a packet arrives its block reaches the writer at the latest: the ring hands a block over
 /// within its 100 ms retire timeout, and the capture thread forwards it at once. A socket that has sent nothing

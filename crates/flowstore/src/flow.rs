@@ -143,6 +143,7 @@ pub(crate) struct SlotCache {
 
 /// A live flow: its key and the slot cache first (the cache line a lookup loads), then its counters.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub(crate) struct Entry {
     tuple: FlowTuple,
     pub(crate) cache: SlotCache,
@@ -219,11 +220,38 @@ impl Table {
         fold(a ^ rest, b ^ self.seed)
     }
 
-    /// Starts loading the index slot where the search for `t` begins (a hint: nothing changes).
+    /// Starts loading the index slot where the search for `t` begins (a hint: nothing changes); returns `t`'s
+    /// hash.
     #[inline]
-    fn prefetch(&self, t: &FlowTuple) {
+    fn prefetch(&self, t: &FlowTuple) -> u64 {
         let h = self.hash(t);
         prefetch_item(&self.slots, h as usize & (self.slots.len() - 1));
+        h
+    }
+
+    /// The entry that is likely the one hashed to `h` (the first few index slots are searched for its hash's
+    /// tag; the key is not compared), with its first cache lines being loaded.
+    #[inline]
+    fn prefetch_entry(&self, h: u64) -> Option<usize> {
+        let mask = self.slots.len() - 1;
+        let mut i = h as usize & mask;
+        for _ in 0..4 {
+            let s = self.slots[i];
+            if s == 0 {
+                return None;
+            }
+            if s >> 32 == h >> 32 {
+                let e = (s as u32 - 1) as usize;
+                if let Some(entry) = self.entries.get(e) {
+                    // Its key and slot cache (an entry may start anywhere in a cache line).
+                    prefetch_item(std::slice::from_ref(entry), 0);
+                    prefetch_item(std::slice::from_ref(&entry.cache), 0);
+                }
+                return Some(e);
+            }
+            i = (i + 1) & mask;
+        }
+        None
     }
 
     /// The entry holding `t` (hashed to `h`), or the empty slot where it goes.
@@ -416,8 +444,21 @@ impl FlowTracker {
     /// A hint that a packet of flow tuple `t` comes soon: starts loading the part of the table its lookup reads
     /// first (the index slot, a cache miss per packet when many flows interleave).
     #[inline]
-    pub(crate) fn prefetch(&self, t: &FlowTuple) {
-        self.live.prefetch(t);
+    pub(crate) fn prefetch(&self, t: &FlowTuple) -> u64 {
+        self.live.prefetch(t)
+    }
+
+    /// The second step of the hint, a few packets after [`prefetch`](Self::prefetch) gave the hash `h`: finds
+    /// the entry its index slot names and starts loading it; returns its position.
+    #[inline]
+    pub(crate) fn prefetch_entry(&self, h: u64) -> Option<usize> {
+        self.live.prefetch_entry(h)
+    }
+
+    /// The slot cache of the entry at `at` (the third step of the hint), if there is one.
+    #[inline]
+    pub(crate) fn cache_at(&self, at: usize) -> Option<SlotCache> {
+        self.live.entries.get(at).map(|e| e.cache)
     }
 
     /// Accounts a packet to its flow; returns the flow's entry and whether the packet went from the originator.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use pcaptool_packet::{
     Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
-    prefetch, prefetch_item, touch,
+    prefetch, prefetch_item,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -73,19 +73,37 @@ pub struct PacketIn<'a> {
     pub flags: u8,
 }
 
-/// A packet held by a writer: where its bytes are in the buffer, and what its slot's flow record needs.
+/// No chunk (end of a flow's chain, or a flow without packets yet).
+const NO_CHUNK: u32 = u32::MAX;
+/// The smallest and largest chunk a flow's packets are given (a packet bigger than the largest gets a chunk of
+/// its own size). A flow's chunks double in size from the smallest, so that a flow of one small packet wastes
+/// little and a long flow's packets stand in few, long runs.
+const CHUNK_MIN: usize = 128;
+const CHUNK_MAX: usize = 64 << 10;
+/// Bytes before a packet's record in its chunk, at most: its flags, state and side, its payload length, and
+/// the varint of its position's delta (as stage 2's positions store it).
+const ENTRY_HEAD_MAX: usize = 6 + 10;
+
+/// Where a flow's next packet goes: the free part of its last chunk.
 #[derive(Clone, Copy, Debug)]
-struct Pending {
-    seq: u64,
-    ts_ns: u64,
+struct Tail {
     at: usize,
-    slot: u32,
+    end: usize,
+    /// Position of its flow's last packet (0 before the first).
+    last_seq: u64,
+    /// Its chunk, or [`NO_CHUNK`].
+    chunk: u32,
+    /// That chunk's size.
+    cap: u32,
+}
+
+/// A run of one flow's packets in the writer's arena.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    at: usize,
+    /// Bytes used (set when the flow moves on to its next chunk, and at close).
     len: u32,
-    wirelen: u32,
-    payload: u32,
-    flags: u8,
-    state: ConnState,
-    from_orig: bool,
+    next: u32,
 }
 
 /// The flows of a segment: per slot its flow (slot 0: packets of no flow).
@@ -94,13 +112,21 @@ struct SlotFlow {
     flow: Flow,
     /// 1 a flow, 0 the packets of no flow.
     kind: u8,
+    /// Its first chunk, or [`NO_CHUNK`].
+    head: u32,
 }
 
 /// A writer's containers, which a closed writer hands to the next (their memory is already faulted in).
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
+    /// The arena: each flow's packets in chunks of their own, each packet an entry (see
+    /// [`SegmentWriter::push_cached`]) followed by its pcap record, header and bytes, as the data file holds it.
+    /// All of it has been written once; chunks are handed out from its start up to `used`.
     buf: Vec<u8>,
-    packets: Vec<Pending>,
+    used: usize,
+    chunks: Vec<Chunk>,
+    /// Per slot, where its next packet goes.
+    tails: Vec<Tail>,
     slots: Vec<SlotFlow>,
     slot_of: FxHashMap<u64, u32>,
     addrs: FxHashSet<[u8; 17]>,
@@ -108,28 +134,20 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Makes room for at least `bytes` of packet data and `packets` packets, written once (`touch`).
-    pub(crate) fn touch(&mut self, bytes: usize, packets: usize) {
-        let fill = Pending {
-            seq: 1,
-            ts_ns: 1,
-            at: 1,
-            slot: 1,
-            len: 1,
-            wirelen: 1,
-            payload: 1,
-            flags: 1,
-            state: ConnState::Oth,
-            from_orig: true,
-        };
-        touch(&mut self.buf, bytes, 0xa5);
-        touch(&mut self.packets, packets, fill);
+    /// Makes room for at least `bytes` of arena (packets with their records' headers and entries), written
+    /// once (`touch`).
+    pub(crate) fn touch(&mut self, bytes: usize) {
+        if self.buf.len() < bytes {
+            // Not zeros: a zeroed allocation may come from `calloc`, whose fresh pages are never touched.
+            self.buf.resize(bytes, 0xa5);
+        }
     }
 
     /// Empties every container, keeping its memory.
     fn clear(&mut self) {
-        self.buf.clear();
-        self.packets.clear();
+        self.used = 0;
+        self.chunks.clear();
+        self.tails.clear();
         self.slots.clear();
         self.slot_of.clear();
         self.addrs.clear();
@@ -144,10 +162,17 @@ pub struct SegmentWriter {
     id: u64,
     meta: StoreMeta,
     iface_name: String,
-    /// Packet data, packets, flow slots (slot 0: packets of no flow), and the Bloom filters' address and port sets.
+    /// The packets, in chunks per flow; the flow slots (slot 0: packets of no flow); the Bloom filters' address
+    /// and port sets.
     mem: Spare,
     /// Some packet's address or port fields are unknown (cut, or a link type whose fields are not read).
     unknown_fields: bool,
+    packets: usize,
+    /// Bytes of the pcap records held (headers and packets).
+    record_bytes: u64,
+    /// Positions of the first and last packet.
+    first_seq: u64,
+    last_seq: u64,
 }
 
 pub(crate) fn addr_key(a: IpAddr) -> [u8; 17] {
@@ -219,10 +244,15 @@ impl SegmentWriter {
             iface_name,
             mem: {
                 spare.clear();
-                spare.slots.push(SlotFlow { flow: no_flow(), kind: 0 });
+                spare.slots.push(SlotFlow { flow: no_flow(), kind: 0, head: NO_CHUNK });
+                spare.tails.push(Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 });
                 spare
             },
             unknown_fields: false,
+            packets: 0,
+            record_bytes: 0,
+            first_seq: u64::MAX,
+            last_seq: 0,
         }
     }
 
@@ -233,17 +263,23 @@ impl SegmentWriter {
 
     /// Position of its first packet in the store's order (`u64::MAX` while empty).
     pub fn first_seq(&self) -> u64 {
-        self.mem.packets.first().map_or(u64::MAX, |p| p.seq)
+        self.first_seq
     }
 
     /// Packets held.
     pub fn packets(&self) -> usize {
-        self.mem.packets.len()
+        self.packets
     }
 
     /// Bytes the data file will have.
     pub fn data_bytes(&self) -> u64 {
-        24 + self.mem.buf.len() as u64 + 16 * self.mem.packets.len() as u64
+        24 + self.record_bytes
+    }
+
+    /// Bytes of memory its packets take: their records, what each flow's packets need beside them, and the
+    /// unused ends of the flows' chunks (at most about as much again as the records).
+    pub fn memory_bytes(&self) -> u64 {
+        self.mem.used as u64
     }
 
     /// Adds a packet.
@@ -253,6 +289,11 @@ impl SegmentWriter {
 
     /// [`push`](Self::push), with the flow's slot cache from the flow table: when it names this writer, its slot
     /// is the flow's, and when not, it is set.
+    ///
+    /// The packet goes to the end of its flow's last chunk as an entry: its TCP flags (1 byte), its flow's
+    /// state and whether it went from the originator (1 byte: state code, then bit 3), its payload length (u32
+    /// LE), the varint of its position minus its flow's previous packet's (its position, for the flow's first),
+    /// then its pcap record: a 16-byte header (seconds, nanoseconds, captured and wire length) and its bytes.
     #[inline]
     pub(crate) fn push_cached(&mut self, p: &PacketIn<'_>, cache: &mut SlotCache) {
         let slot = match p.flow {
@@ -267,19 +308,81 @@ impl SegmentWriter {
         if !p.fields_in_key {
             self.note_fields(p);
         }
-        self.mem.packets.push(Pending {
-            seq: p.seq,
-            ts_ns: p.ts_ns,
-            at: self.mem.buf.len(),
-            slot,
-            len: p.data.len() as u32,
-            wirelen: p.wirelen,
-            payload: p.payload,
-            flags: p.flags,
-            state: p.flow.map_or(ConnState::Oth, |f| f.3),
-            from_orig: p.from_orig,
-        });
-        self.mem.buf.extend_from_slice(p.data);
+        let state = p.flow.map_or(ConnState::Oth, |f| f.3);
+        let mut head = [0u8; ENTRY_HEAD_MAX + 16];
+        head[0] = p.flags;
+        head[1] = state as u8 | u8::from(p.from_orig) << 3;
+        head[2..6].copy_from_slice(&p.payload.to_le_bytes());
+        let tail = &mut self.mem.tails[slot as usize];
+        let mut n = 6 + put_varint_at(&mut head[6..], p.seq.wrapping_sub(tail.last_seq));
+        let len = p.data.len() as u32;
+        head[n..n + 4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
+        head[n + 4..n + 8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
+        head[n + 8..n + 12].copy_from_slice(&len.to_le_bytes());
+        head[n + 12..n + 16].copy_from_slice(&p.wirelen.to_le_bytes());
+        n += 16;
+        let need = n + p.data.len();
+        if tail.end - tail.at < need {
+            self.new_chunk(slot, need);
+        }
+        let tail = &mut self.mem.tails[slot as usize];
+        let at = tail.at;
+        tail.at += need;
+        tail.last_seq = p.seq;
+        self.mem.buf[at..at + n].copy_from_slice(&head[..n]);
+        self.mem.buf[at + n..at + need].copy_from_slice(p.data);
+        if self.packets == 0 {
+            self.first_seq = p.seq;
+        }
+        self.packets += 1;
+        self.record_bytes += 16 + u64::from(len);
+        self.last_seq = p.seq;
+    }
+
+    /// Its id, which flow table entries name in their [`SlotCache`].
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A hint that a packet of `slot` comes soon: starts loading where it is told where the packet goes.
+    #[inline]
+    pub(crate) fn prefetch_slot(&self, slot: u32) {
+        prefetch_item(&self.mem.tails, slot as usize);
+    }
+
+    /// A hint, after [`prefetch_slot`](Self::prefetch_slot), that a packet of `slot` comes soon: starts loading
+    /// the cache lines its entry will be written to.
+    #[inline]
+    pub(crate) fn prefetch_tail(&self, slot: u32) {
+        if let Some(t) = self.mem.tails.get(slot as usize) {
+            prefetch(&self.mem.buf, t.at);
+            prefetch(&self.mem.buf, t.at + 64);
+        }
+    }
+
+    /// Gives `slot` a new chunk with room for `need` bytes at least.
+    #[cold]
+    #[inline(never)]
+    fn new_chunk(&mut self, slot: u32, need: usize) {
+        let m = &mut self.mem;
+        let tail = &mut m.tails[slot as usize];
+        let at = m.used;
+        let cap = (tail.cap as usize * 2).clamp(CHUNK_MIN, CHUNK_MAX).max(need);
+        let new = m.chunks.len() as u32;
+        if tail.chunk == NO_CHUNK {
+            m.slots[slot as usize].head = new;
+        } else {
+            let c = &mut m.chunks[tail.chunk as usize];
+            c.len = (tail.at - c.at) as u32;
+            c.next = new;
+        }
+        m.chunks.push(Chunk { at, len: 0, next: NO_CHUNK });
+        m.used = at + cap;
+        if m.used > m.buf.len() {
+            // Doubling, so that the arena is written (and its pages faulted in) once, not a chunk at a time.
+            m.buf.resize(m.used.max(2 * m.buf.len()), 0);
+        }
+        *tail = Tail { at, end: at + cap, last_seq: tail.last_seq, chunk: new, cap: cap as u32 };
     }
 
     /// The slot of flow `id`, new if the flow has none yet (its endpoints then go into the Bloom filters' sets).
@@ -287,7 +390,8 @@ impl SegmentWriter {
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
         *self.mem.slot_of.entry(id).or_insert_with(|| {
             let key = FlowKey::from(tuple);
-            self.mem.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1 });
+            self.mem.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1, head: NO_CHUNK });
+            self.mem.tails.push(Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 });
             self.mem.addrs.insert(addr_key(key.lo_addr));
             self.mem.addrs.insert(addr_key(key.hi_addr));
             self.mem.ports.insert(key.lo_port);
@@ -387,32 +491,9 @@ impl SegmentWriter {
 
     fn write(&mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
         // Slots in flow-id order (slot 0, the packets of no flow, first), so that stage 2 finds an id by binary
-        // search; packets by slot, each flow's in original order (they arrived in it, and the sort is stable).
-        let mut by_id: Vec<u32> = (1..self.mem.slots.len() as u32).collect();
-        by_id.sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
-        let mut new_slot = vec![0u32; self.mem.slots.len()];
-        for (i, &s) in by_id.iter().enumerate() {
-            new_slot[s as usize] = i as u32 + 1;
-        }
-        for p in &mut self.mem.packets {
-            p.slot = new_slot[p.slot as usize];
-        }
-        let mut old: Vec<Option<SlotFlow>> = std::mem::take(&mut self.mem.slots).into_iter().map(Some).collect();
-        self.mem.slots =
-            std::iter::once(0).chain(by_id.iter().map(|&s| s as usize)).filter_map(|s| old[s].take()).collect();
-        // Counting sort by slot (stable: each flow's packets stay in arrival order).
-        let mut next = vec![0u32; self.mem.slots.len() + 1];
-        for p in &self.mem.packets {
-            next[p.slot as usize + 1] += 1;
-        }
-        for i in 1..next.len() {
-            next[i] += next[i - 1];
-        }
-        let mut order = vec![0u32; self.mem.packets.len()];
-        for (i, p) in self.mem.packets.iter().enumerate() {
-            order[next[p.slot as usize] as usize] = i as u32;
-            next[p.slot as usize] += 1;
-        }
+        // search; each flow's packets are in its chunks in their original order.
+        let mut order: Vec<u32> = (0..self.mem.slots.len() as u32).collect();
+        order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
         let mut w = DataOut::create(data_tmp).map_err(io)?;
         let mut h = [0u8; 24];
@@ -423,53 +504,87 @@ impl SegmentWriter {
         h[20..24].copy_from_slice(&self.meta.linktype.0.to_le_bytes());
         w.put(&h).map_err(io)?;
         let mut at = 24u64;
-        let nslots = self.mem.slots.len();
-        let mut spans = vec![(0u64, 0u32, 0u64); nslots]; // data len, packets, positions bytes
+        let (mut t_min, mut t_max) = (u64::MAX, 0u64);
+        // Per flow in `order`: data bytes, packets, positions bytes.
+        let mut spans = Vec::with_capacity(order.len());
         let mut positions = Vec::new();
-        let mut last_seq = vec![0u64; nslots];
-        const AHEAD: usize = 8;
-        for (k, &i) in order.iter().enumerate() {
-            // The packets are read out of arrival order: start loading the ones a few steps ahead.
-            if let Some(&j) = order.get(k + AHEAD) {
-                let q = &self.mem.packets[j as usize];
-                prefetch(&self.mem.buf, q.at);
-                prefetch(&self.mem.buf, (q.at + q.len as usize).saturating_sub(1));
+        let corrupt = |why: &str| StoreError::Corrupt {
+            path: data_tmp.to_path_buf(),
+            offset: 0,
+            why: format!("the segment writer's own memory: {why}"),
+        };
+        // Starts loading the first lines of chunk `c` (the hardware prefetcher follows a run once it is going,
+        // but not into the next chunk, which is elsewhere).
+        let prefetch_chunk = |chunks: &[Chunk], buf: &[u8], c: u32| {
+            if let Some(ch) = chunks.get(c as usize) {
+                for k in 0..4 {
+                    prefetch(buf, ch.at + 64 * k);
+                }
             }
-            if let Some(&j) = order.get(k + 2 * AHEAD) {
-                prefetch_item(&self.mem.packets, j as usize);
+        };
+        for (k, &s) in order.iter().enumerate() {
+            if let Some(&next) = order.get(k + 1) {
+                prefetch_chunk(&self.mem.chunks, &self.mem.buf, self.mem.slots[next as usize].head);
             }
-            let p = self.mem.packets[i as usize];
-            let s = p.slot as usize;
-            let f = &mut self.mem.slots[s].flow;
-            f.first_ns = f.first_ns.min(p.ts_ns);
-            f.last_ns = f.last_ns.max(p.ts_ns);
-            if s != 0 {
-                f.state = p.state;
+            let m = &mut self.mem;
+            let tail = m.tails[s as usize];
+            if tail.chunk != NO_CHUNK {
+                let c = &mut m.chunks[tail.chunk as usize];
+                c.len = (tail.at - c.at) as u32;
             }
-            let side = if p.from_orig { &mut f.orig } else { &mut f.resp };
-            side.packets += 1;
-            side.bytes += u64::from(p.wirelen);
-            side.payload += u64::from(p.payload);
-            side.flags |= p.flags;
-            let before = positions.len();
-            put_varint(&mut positions, if spans[s].1 == 0 { p.seq } else { p.seq - last_seq[s] });
-            spans[s].2 += (positions.len() - before) as u64;
-            last_seq[s] = p.seq;
-            let mut rh = [0u8; 16];
-            rh[0..4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
-            rh[4..8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
-            rh[8..12].copy_from_slice(&p.len.to_le_bytes());
-            rh[12..16].copy_from_slice(&p.wirelen.to_le_bytes());
-            w.put(&rh).map_err(io)?;
-            w.put(&self.mem.buf[p.at..p.at + p.len as usize]).map_err(io)?;
-            let rec = 16 + u64::from(p.len);
-            spans[s].0 += rec;
-            spans[s].1 += 1;
-            at += rec;
+            let sf = &mut m.slots[s as usize];
+            let f = &mut sf.flow;
+            let (data0, pos0, mut packets) = (at, positions.len(), 0u32);
+            let mut c = sf.head;
+            while c != NO_CHUNK {
+                let chunk = m.chunks[c as usize];
+                prefetch_chunk(&m.chunks, &m.buf, chunk.next);
+                let run = &m.buf[chunk.at..chunk.at + chunk.len as usize];
+                let mut i = 0;
+                while i < run.len() {
+                    prefetch(run, i + 256);
+                    let (flags, code, payload) = match run.get(i..i + 6) {
+                        Some(e) => (e[0], e[1], u32::from_le_bytes([e[2], e[3], e[4], e[5]])),
+                        None => return Err(corrupt("an entry is cut")),
+                    };
+                    // The position's varint goes to stage 2 as it is.
+                    let v = i + 6;
+                    i = v;
+                    while run.get(i).ok_or_else(|| corrupt("a position is cut"))? & 0x80 != 0 {
+                        i += 1;
+                    }
+                    i += 1;
+                    positions.extend_from_slice(&run[v..i]);
+                    let r = run.get(i..i + 16).ok_or_else(|| corrupt("a record header is cut"))?;
+                    let word = |k: usize| u32::from_le_bytes([r[k], r[k + 1], r[k + 2], r[k + 3]]);
+                    let ts = u64::from(word(0)) * 1_000_000_000 + u64::from(word(4));
+                    let (len, wirelen) = (word(8) as usize, word(12));
+                    let record = run.get(i..i + 16 + len).ok_or_else(|| corrupt("a packet is cut"))?;
+                    w.put(record).map_err(io)?;
+                    i += 16 + len;
+                    at += 16 + len as u64;
+                    packets += 1;
+                    t_min = t_min.min(ts);
+                    t_max = t_max.max(ts);
+                    f.first_ns = f.first_ns.min(ts);
+                    f.last_ns = f.last_ns.max(ts);
+                    if s != 0 {
+                        f.state = ConnState::from_code(code & 7).unwrap_or(ConnState::Oth);
+                    }
+                    let side = if code & 8 != 0 { &mut f.orig } else { &mut f.resp };
+                    side.packets += 1;
+                    side.bytes += u64::from(wirelen);
+                    side.payload += u64::from(payload);
+                    side.flags |= flags;
+                }
+                c = chunk.next;
+            }
+            spans.push((at - data0, packets, (positions.len() - pos0) as u64));
         }
         w.finish().map_err(io)?;
 
         // Stage 1: what rules the segment out without reading further.
+        let nslots = self.mem.slots.len();
         let mut addr_bloom = Bloom::with_rate(self.mem.addrs.len(), BLOOM_FPR);
         for a in &self.mem.addrs {
             addr_bloom.insert(bloom_bytes(a));
@@ -486,13 +601,13 @@ impl SegmentWriter {
         let stage1 = Stage1 {
             number,
             meta: self.meta,
-            packets: self.mem.packets.len() as u64,
+            packets: self.packets as u64,
             bytes: at,
             flows: (nslots - 1) as u32,
-            t_min: self.mem.packets.iter().map(|p| p.ts_ns).min().unwrap_or(0),
-            t_max: self.mem.packets.iter().map(|p| p.ts_ns).max().unwrap_or(0),
-            seq_min: self.mem.packets.first().map_or(0, |p| p.seq),
-            seq_max: self.mem.packets.last().map_or(0, |p| p.seq),
+            t_min: if self.packets == 0 { 0 } else { t_min },
+            t_max,
+            seq_min: if self.packets == 0 { 0 } else { self.first_seq },
+            seq_max: self.last_seq,
             flow_min: ids.clone().min().unwrap_or(u64::MAX),
             flow_max: ids.max().unwrap_or(0),
             unknown_fields: self.unknown_fields,
@@ -506,12 +621,14 @@ impl SegmentWriter {
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
-        let ins: Vec<SlotIn<'_>> = self
-            .mem
-            .slots
+        let ins: Vec<SlotIn<'_>> = order
             .iter()
-            .enumerate()
-            .map(|(slot, sf)| SlotIn { flow: &sf.flow, data_len: spans[slot].0, positions_len: spans[slot].2 })
+            .zip(&spans)
+            .map(|(&s, span)| SlotIn {
+                flow: &self.mem.slots[s as usize].flow,
+                data_len: span.0,
+                positions_len: span.2,
+            })
             .collect();
         let s2 = stage2::encode(&ins, stage1.t_min, &positions);
         let mut stage1 = stage1;
@@ -653,6 +770,19 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
         v >>= 7;
     }
     out.push(v as u8);
+}
+
+/// Writes the varint of `v` at the start of `out` (which has room for 10 bytes); returns its length.
+#[inline]
+fn put_varint_at(out: &mut [u8], mut v: u64) -> usize {
+    let mut n = 0;
+    while v >= 0x80 {
+        out[n] = v as u8 | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    out[n] = v as u8;
+    n + 1
 }
 
 pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
@@ -1160,16 +1290,91 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// Whatever the packets' sizes (empty, small, bigger than the largest chunk) and however their flows
+        /// interleave, a closed segment holds each flow's packets in the order they came, flows in id order
+        /// after the packets of no flow, with each flow's counts summed over exactly its packets.
+        #[test]
+        fn a_segment_holds_each_flows_packets_in_order(
+            packets in proptest::collection::vec((0usize..7, 0usize..6, proptest::bool::ANY, 0u8..=0xff), 1..400),
+        ) {
+            let meta = StoreMeta {
+                linktype: LinkType::ETHERNET,
+                snaplen: 262_144,
+                precision: TsPrecision::Nano,
+                swapped: false,
+                iface: 0,
+            };
+            let dir = std::env::temp_dir().join(format!("pcaptool-seg-prop-{}-{:?}", std::process::id(), std::thread::current().id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let mut w = SegmentWriter::new(meta, "x");
+            // Flow f (1..7, id 100 - f so that ids and arrival orders differ; 0: no flow).
+            let tuple = |f: usize| FlowTuple { lo: 1, hi: 2 + f as u128, lo_port: 1, hi_port: f as u16, vlan: 0, proto: 17, v6: 0 };
+            let sizes = [0usize, 1, 60, 1514, 9000, 70_000];
+            // Per flow: position, timestamp, wire length and bytes of each packet put.
+            type Put = (u64, u64, u32, Vec<u8>);
+            let mut want: Vec<Vec<Put>> = vec![Vec::new(); 7];
+            let mut sides = vec![[(0u64, 0u64, 0u64, 0u8); 2]; 7];
+            for (seq, &(f, size, orig, flags)) in packets.iter().enumerate() {
+                let seq = 10 + 3 * seq as u64;
+                let data: Vec<u8> = (0..sizes[size]).map(|i| (i as u64 * 7 + seq) as u8).collect();
+                let ts = 1_700_000_000_123_456_789 + seq * 1_000_001;
+                let wirelen = data.len() as u32 + 4;
+                let payload = (seq % 1000) as u32;
+                let flow = (f != 0).then(|| (100 - f as u64, tuple(f), true, ConnState::from_code(seq as u8 % 8).unwrap()));
+                w.push(&PacketIn { seq, ts_ns: ts, wirelen, data: &data, flow, fields_in_key: true, from_orig: orig, payload, flags });
+                want[f].push((seq, ts, wirelen, data));
+                let side = &mut sides[f][usize::from(!orig)];
+                side.0 += 1;
+                side.1 += u64::from(wirelen);
+                side.2 += u64::from(payload);
+                side.3 |= flags;
+            }
+            let stage1 = w.close(&dir, 0).expect("close");
+            proptest::prop_assert_eq!(stage1.packets, packets.len() as u64);
+            let (data_path, index_path) = segment_paths(&dir, 0);
+            let seg = Segment::open(data_path.clone(), index_path).expect("open");
+            let s2 = seg.stage2().expect("stage 2");
+            let file = File::open(&data_path).expect("data");
+            let mut buf = Vec::new();
+            let mut offset = 24;
+            let mut ids = Vec::new();
+            for e in s2.entries().expect("entries") {
+                proptest::prop_assert_eq!(e.data_offset, offset);
+                offset += e.data_len;
+                ids.push(e.flow.id);
+                let f = if e.flow.id == u64::MAX { 0 } else { (100 - e.flow.id) as usize };
+                let mut got = Vec::new();
+                seg.read_flow(&file, &s2, &e, &mut buf, &mut |p| got.push((p.seq, p.ts_ns, p.wirelen, p.data.to_vec())))
+                    .expect("read");
+                proptest::prop_assert!(got == want[f], "flow {}: {} packets back, {} put", f, got.len(), want[f].len());
+                if f != 0 {
+                    let [o, r] = sides[f];
+                    let side = |s: &Side| (s.packets, s.bytes, s.payload, s.flags);
+                    proptest::prop_assert_eq!((side(&e.flow.orig), side(&e.flow.resp)), (o, r));
+                    let last = packets.iter().enumerate().rev().find(|p| p.1.0 == f).map(|p| 10 + 3 * p.0 as u64);
+                    proptest::prop_assert_eq!(Some(e.flow.state), last.and_then(|s| ConnState::from_code(s as u8 % 8)));
+                    proptest::prop_assert_eq!((e.flow.first_ns, e.flow.last_ns), (want[f][0].1, want[f][want[f].len() - 1].1));
+                }
+            }
+            proptest::prop_assert_eq!(offset, std::fs::metadata(&data_path).expect("data").len());
+            let mut sorted = ids.clone();
+            sorted.sort_by_key(|&id| if id == u64::MAX { 0 } else { id + 1 });
+            proptest::prop_assert_eq!(ids, sorted);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
     /// A reserved writer holds its packets where the reservation put them: pushing within it moves no buffer
-    /// (so no page is touched for the first time), and the memory figure `Ingest::reserve` documents holds.
+    /// (so no page is touched for the first time), and each packet takes what `Ingest::reserve` documents.
     #[test]
     fn a_reserved_writer_pushes_without_moving_its_buffers() {
-        assert_eq!(size_of::<Pending>(), 48);
         let mut spare = Spare::default();
-        spare.touch(6000, 100);
-        assert!(spare.buf.capacity() >= 6000 && spare.packets.capacity() >= 100);
-        assert!(spare.buf.is_empty() && spare.packets.is_empty());
-        let (data_at, pending_at) = (spare.buf.as_ptr(), spare.packets.as_ptr());
+        spare.touch(20_000);
+        assert!(spare.buf.len() >= 20_000 && spare.used == 0);
+        let data_at = spare.buf.as_ptr();
         let meta = StoreMeta {
             linktype: LinkType::ETHERNET,
             snaplen: 65535,
@@ -1194,10 +1399,14 @@ mod tests {
             w.push(&p);
         }
         assert_eq!(w.packets(), 100);
-        assert_eq!((w.mem.buf.as_ptr(), w.mem.packets.as_ptr()), (data_at, pending_at));
+        assert_eq!(w.data_bytes(), 24 + 100 * 76);
+        // One flow's chunks, doubling: at most the packets' records, 7 bytes each beside them, and the unused end
+        // of the last chunk.
+        assert!(w.memory_bytes() >= 100 * (76 + 7) && w.memory_bytes() <= 2 * 100 * (76 + 7));
+        assert_eq!(w.mem.buf.as_ptr(), data_at);
         // Touching again keeps memory that is already larger.
         let mut again = std::mem::take(&mut w.mem);
-        again.touch(10, 1);
-        assert!(again.buf.capacity() >= 6000 && again.packets.capacity() >= 100);
+        again.touch(10);
+        assert!(again.buf.len() >= 20_000);
     }
 }

@@ -158,13 +158,20 @@ fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64,
 /// original-order positions are `positions`.
 pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<u8> {
     let flows = || slots.iter().skip(1).map(|s| s.flow);
+    // Address keys in their byte order, compared as numbers (family, then the address bytes as a big-endian
+    // number: the same order as the bytes', without a memcmp per comparison).
+    let num = |k: &[u8; 17]| {
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&k[1..17]);
+        (k[0], u128::from_be_bytes(b))
+    };
     let mut addrs: Vec<[u8; 17]> = flows().flat_map(|f| [addr_key(f.key.lo_addr), addr_key(f.key.hi_addr)]).collect();
-    addrs.sort_unstable();
+    addrs.sort_unstable_by_key(num);
     addrs.dedup();
     let mut ports: Vec<u16> = flows().flat_map(|f| [f.key.lo_port, f.key.hi_port]).collect();
     ports.sort_unstable();
     ports.dedup();
-    let code = |a: IpAddr| addrs.binary_search(&addr_key(a)).unwrap_or(0) as u64;
+    let code = |a: IpAddr| addrs.binary_search_by_key(&num(&addr_key(a)), num).unwrap_or(0) as u64;
     let pcode = |p: u16| ports.binary_search(&p).unwrap_or(0) as u64;
     let n4 = addrs.iter().take_while(|a| a[0] == 4).count();
 

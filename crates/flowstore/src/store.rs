@@ -12,7 +12,9 @@ use crate::segment::{PacketIn, Record, Segment, SegmentWriter, Spare, StoreMeta,
 /// How to import.
 #[derive(Clone, Debug)]
 pub struct ImportOptions {
-    /// A segment closes once its data file would exceed this many bytes (default 256 MiB).
+    /// A segment closes once its data file would exceed this many bytes (default 256 MiB), or once its
+    /// packets take twice that in memory (each flow's packets are held in chunks of their own, whose unused
+    /// ends can add up to about as much as the packets when most flows have one or two small packets).
     pub segment_bytes: u64,
     /// Or once it holds this many packets (default 4,194,304).
     pub segment_packets: u64,
@@ -54,6 +56,30 @@ pub struct QueryStats {
     pub bytes_read: u64,
 }
 
+/// How many packets ahead of each push [`Ingest::prefetch`] is best called.
+pub const PREFETCH_AHEAD: usize = 16;
+
+/// Hints in flight: each is worked on in steps 4 pushes apart (see [`Ingest::prefetch`]).
+const HINTS: usize = 16;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Hint {
+    /// Its packet's flow hash (`None`: no flow).
+    hash: Option<u64>,
+    /// The flow table entry its index slot names.
+    entry: Option<usize>,
+    /// The segment writer and slot its entry's cache names (writer 0: none).
+    writer: u64,
+    slot: u32,
+}
+
+#[derive(Debug, Default)]
+struct Hints {
+    ring: [Hint; HINTS],
+    /// Hints given.
+    n: usize,
+}
+
 /// Packets being added to a store, from a trace or a capture: one open segment per kind of packet (interface,
 /// link type, snapshot length, precision, byte order), each closed and made visible at its bound, at
 /// [`flush`](Self::flush) and at [`finish`](Self::finish). Packets of one flow from one interface stand together;
@@ -69,6 +95,7 @@ pub struct Ingest<'s> {
     writers: Vec<SegmentWriter>,
     /// Buffers of the last closed segment, for the next one.
     spare: Spare,
+    hints: Hints,
     /// Packets per interface lost with segments that could not be written.
     lost: Vec<(u32, u64)>,
     packets: u64,
@@ -120,7 +147,10 @@ impl Ingest<'_> {
         );
         self.seq += 1;
         self.packets += 1;
-        if w.data_bytes() >= self.opts.segment_bytes || w.packets() as u64 >= self.opts.segment_packets {
+        if w.data_bytes() >= self.opts.segment_bytes
+            || w.packets() as u64 >= self.opts.segment_packets
+            || w.memory_bytes() >= self.opts.segment_bytes.saturating_mul(2)
+        {
             let w = self.writers.swap_remove(i);
             self.close(w)?;
         } else if self.writers.len() > 1 && self.pending_bytes() > self.opts.segment_bytes.saturating_mul(2) {
@@ -178,24 +208,51 @@ impl Ingest<'_> {
         open + self.lost.iter().filter(|l| l.0 == iface).map(|l| l.1).sum::<u64>()
     }
 
-    /// A hint that a packet of link type `linktype` with bytes `data` will be [pushed](Self::push) soon: starts
-    /// loading the flow table's slot its lookup reads first, so that the push waits less for memory. A caller
-    /// holding several packets calls it a few packets ahead (a capture's writer does, 8 ahead). It changes
-    /// nothing.
+    /// A hint that a packet of link type `linktype` with bytes `data` will be [pushed](Self::push) soon, so
+    /// that the push waits less for memory. A caller holding several packets calls it [`PREFETCH_AHEAD`]
+    /// packets ahead of each push (a capture's writer does). It changes nothing that a push or query sees.
+    ///
+    /// With many flows interleaved, a push reads three places that are rarely in cache: the flow table's index
+    /// slot, its entry, and the end of the flow's chunk in the open segment, each found from the one before.
+    /// So each hint does one step for each of four packets: for this one, it parses and hashes the packet and
+    /// starts loading its index slot; for the one hinted 4 calls ago, it reads that slot (loaded by now) and
+    /// starts loading the entry it names; 4 calls later, it reads the entry's slot cache and starts loading
+    /// the writer's record of the flow's chunk; 4 calls later, where the packet will be written.
     #[inline]
-    pub fn prefetch(&self, linktype: LinkType, data: &[u8]) {
-        if let Some((tuple, _)) = read_flow(linktype, data).flow {
-            self.tracker.prefetch(&tuple);
+    pub fn prefetch(&mut self, linktype: LinkType, data: &[u8]) {
+        let n = self.hints.n;
+        self.hints.n = n.wrapping_add(1);
+        let at = |back: usize| n.wrapping_sub(back) % HINTS;
+        // Step 4, for the packet hinted 12 calls ago.
+        let h = self.hints.ring[at(12)];
+        if h.writer != 0
+            && let Some(w) = self.writers.iter().find(|w| w.id() == h.writer)
+        {
+            w.prefetch_tail(h.slot);
         }
+        // Step 3, for the packet hinted 8 calls ago.
+        let h = &mut self.hints.ring[at(8)];
+        h.writer = 0;
+        if let Some(c) = h.entry.and_then(|e| self.tracker.cache_at(e))
+            && let Some(w) = self.writers.iter().find(|w| w.id() == c.writer)
+        {
+            w.prefetch_slot(c.slot);
+            (h.writer, h.slot) = (c.writer, c.slot);
+        }
+        // Step 2, for the packet hinted 4 calls ago.
+        let h = &mut self.hints.ring[at(4)];
+        h.entry = h.hash.and_then(|hash| self.tracker.prefetch_entry(hash));
+        // Step 1, for this packet.
+        let hash = read_flow(linktype, data).flow.map(|(tuple, _)| self.tracker.prefetch(&tuple));
+        self.hints.ring[at(0)] = Hint { hash, entry: None, writer: 0, slot: 0 };
     }
 
-    /// Prepares the memory of the next segment: room for `bytes` of packet data and for as many packets as
-    /// fit at 60 bytes each (the smallest Ethernet frame without its FCS), written once so that pushing into it
-    /// never waits for the kernel to provide a page. A capture calls this before packets arrive (n2disk
-    /// preallocates so too); a closed segment's buffers go on to the next, so the memory stays ready. Memory:
-    /// `bytes` plus 48 bytes a packet.
+    /// Prepares the memory of the next segment: `bytes` for its packets (each takes its pcap record, 16 bytes
+    /// and its captured bytes, plus 7 to 16 bytes beside it), written once so that pushing into it never waits
+    /// for the kernel to provide a page. A capture calls this before packets arrive (n2disk preallocates so
+    /// too); a closed segment's memory goes on to the next, so it stays ready.
     pub fn reserve(&mut self, bytes: usize) {
-        self.spare.touch(bytes, bytes / 60);
+        self.spare.touch(bytes);
     }
 
     /// Packets pushed so far.
@@ -363,6 +420,7 @@ impl Store {
             number,
             writers: Vec::new(),
             spare: Spare::default(),
+            hints: Hints::default(),
             lost: Vec::new(),
             packets: 0,
             segments: 0,

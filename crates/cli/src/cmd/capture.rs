@@ -93,9 +93,10 @@ pub(crate) struct Args {
     json: bool,
 }
 
-/// Packet data a capture prepares memory for before it starts (`Ingest::reserve`; with the 48 bytes a packet of
-/// 60 bytes takes beside it, about 117 MB): a segment that grows past it faults its pages in as it goes.
-const SEGMENT_RESERVE: u64 = 64 << 20;
+/// Memory a capture prepares for its open segment's packets before it starts (`Ingest::reserve`): room for about
+/// 1.1 million 60-byte packets with their record headers and what the store keeps beside each, or 64 MiB of
+/// 1,514-byte ones. A segment that grows past it faults its pages in as it goes, once: the next segment reuses it.
+const SEGMENT_RESERVE: u64 = 96 << 20;
 
 /// The flow store as a capture sink: each interface its own kind of segment.
 struct StoreSink<'s> {
@@ -118,7 +119,7 @@ impl Sink for StoreSink<'_> {
         Ok(())
     }
 
-    fn prefetch(&self, iface: u32, data: &[u8]) {
+    fn prefetch(&mut self, iface: u32, data: &[u8]) {
         self.ingest.prefetch(self.kinds[iface as usize].0.linktype, data);
     }
 
