@@ -63,7 +63,7 @@ pub(crate) struct Args {
     /// the order of arrival.
     #[arg(long, default_value_t = 1)]
     queues: usize,
-    /// Close a segment at this many bytes of data.
+    /// Close a segment at this many bytes of data (or once its packets take twice that in memory).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
     segment_size: u64,
     /// Remove the oldest segments whole so that the store stays within this size.

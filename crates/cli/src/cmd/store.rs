@@ -40,7 +40,7 @@ pub(crate) struct ImportArgs {
     /// The store directory (created if missing).
     #[arg(long, value_name = "DIR")]
     store: PathBuf,
-    /// Close a segment at this many bytes of data.
+    /// Close a segment at this many bytes of data (or once its packets take twice that in memory).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
     segment_size: u64,
     /// After importing, remove the oldest segments whole until the store takes at most this much.
