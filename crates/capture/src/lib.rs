@@ -129,9 +129,13 @@ pub trait Sink {
     /// Makes everything taken so far durable and visible.
     fn flush(&mut self) -> Result<(), SinkError>;
     /// A hint that a packet of interface `iface` with bytes `data` comes soon (the writer gives it
-    /// [`PREFETCH_AHEAD`] packets ahead): a sink may start loading what taking it will read. It must change
-    /// nothing that taking packets gives.
+    /// [`prefetch_ahead`](Self::prefetch_ahead) packets ahead): a sink may start loading what taking it will
+    /// read. It must change nothing that taking packets gives.
     fn prefetch(&mut self, _iface: u32, _data: &[u8]) {}
+    /// How many packets ahead the sink wants its [`prefetch`](Self::prefetch) hints (0: none).
+    fn prefetch_ahead(&self) -> usize {
+        0
+    }
     /// Flows seen so far (for statistics; 0 if the sink does not track flows).
     fn flows(&self) -> u64 {
         0
@@ -883,10 +887,6 @@ impl Writer<'_> {
     }
 }
 
-/// How many packets ahead of the one it hands over the writer gives the sink its [`Sink::prefetch`] hint (the
-/// flow store's ingest works on each hint in steps over the 16 packets after it).
-pub const PREFETCH_AHEAD: usize = 16;
-
 /// How long after a packet arrives its block reaches the writer at the latest: the ring hands a block over
 /// within its 100 ms retire timeout, and the capture thread forwards it at once. A socket that has sent nothing
 /// newer may still send packets up to this far in the past.
@@ -914,6 +914,7 @@ fn write_loop(
         (0..nsockets).map(|_| std::collections::VecDeque::new()).collect();
     let mut latest = vec![0u64; nsockets];
     let mut open = true;
+    let ahead = w.sink.prefetch_ahead();
     while open {
         let max_nanos = w.control.max_nanos.load(Ordering::SeqCst);
         if max_nanos > 0 && started.elapsed().as_nanos() >= u128::from(max_nanos) {
@@ -922,7 +923,7 @@ fn write_loop(
         match full_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(b) if nsockets <= 1 => {
                 for i in 0..b.pkts.len() {
-                    if let Some(q) = b.pkts.get(i + PREFETCH_AHEAD) {
+                    if let Some(q) = b.pkts.get(i + ahead).filter(|_| ahead > 0) {
                         w.sink.prefetch(q.iface, &b.data[q.start as usize..(q.start + q.len) as usize]);
                     }
                     w.packet(&b, i);

@@ -97,6 +97,11 @@ struct Tail {
     cap: u32,
 }
 
+impl Tail {
+    /// A flow's before its first packet.
+    const EMPTY: Tail = Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 };
+}
+
 /// A run of one flow's packets in the writer's arena.
 #[derive(Clone, Copy, Debug)]
 struct Chunk {
@@ -245,7 +250,7 @@ impl SegmentWriter {
             mem: {
                 spare.clear();
                 spare.slots.push(SlotFlow { flow: no_flow(), kind: 0, head: NO_CHUNK });
-                spare.tails.push(Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 });
+                spare.tails.push(Tail::EMPTY);
                 spare
             },
             unknown_fields: false,
@@ -391,7 +396,7 @@ impl SegmentWriter {
         *self.mem.slot_of.entry(id).or_insert_with(|| {
             let key = FlowKey::from(tuple);
             self.mem.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1, head: NO_CHUNK });
-            self.mem.tails.push(Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 });
+            self.mem.tails.push(Tail::EMPTY);
             self.mem.addrs.insert(addr_key(key.lo_addr));
             self.mem.addrs.insert(addr_key(key.hi_addr));
             self.mem.ports.insert(key.lo_port);
@@ -1263,6 +1268,11 @@ pub(crate) struct Record {
 mod tests {
     use super::*;
 
+    /// Ethernet packets of interface 0, nanosecond timestamps.
+    fn ethernet_meta(snaplen: u32) -> StoreMeta {
+        StoreMeta { linktype: LinkType::ETHERNET, snaplen, precision: TsPrecision::Nano, swapped: false, iface: 0 }
+    }
+
     /// The data file holds exactly what was put, whatever its length, written directly (where the file system
     /// takes O_DIRECT) or through the page cache.
     #[test]
@@ -1300,13 +1310,7 @@ mod tests {
         fn a_segment_holds_each_flows_packets_in_order(
             packets in proptest::collection::vec((0usize..7, 0usize..6, proptest::bool::ANY, 0u8..=0xff), 1..400),
         ) {
-            let meta = StoreMeta {
-                linktype: LinkType::ETHERNET,
-                snaplen: 262_144,
-                precision: TsPrecision::Nano,
-                swapped: false,
-                iface: 0,
-            };
+            let meta = ethernet_meta(262_144);
             let dir = std::env::temp_dir().join(format!("pcaptool-seg-prop-{}-{:?}", std::process::id(), std::thread::current().id()));
             std::fs::create_dir_all(&dir).expect("temp dir");
             let mut w = SegmentWriter::new(meta, "x");
@@ -1375,13 +1379,7 @@ mod tests {
         spare.touch(20_000);
         assert!(spare.buf.len() >= 20_000 && spare.used == 0);
         let data_at = spare.buf.as_ptr();
-        let meta = StoreMeta {
-            linktype: LinkType::ETHERNET,
-            snaplen: 65535,
-            precision: TsPrecision::Nano,
-            swapped: false,
-            iface: 0,
-        };
+        let meta = ethernet_meta(65535);
         let mut w = SegmentWriter::with_spare(meta, "x", spare);
         let frame = [0u8; 60];
         for i in 0..100u64 {

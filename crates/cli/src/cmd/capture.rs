@@ -123,6 +123,10 @@ impl Sink for StoreSink<'_> {
         self.ingest.prefetch(self.kinds[iface as usize].0.linktype, data);
     }
 
+    fn prefetch_ahead(&self) -> usize {
+        pcaptool_flowstore::PREFETCH_AHEAD
+    }
+
     fn flows(&self) -> u64 {
         self.ingest.flows()
     }
