@@ -128,13 +128,18 @@ pub trait Sink {
     fn packet(&mut self, iface: u32, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), SinkError>;
     /// Makes everything taken so far durable and visible.
     fn flush(&mut self) -> Result<(), SinkError>;
-    /// A hint that a packet of interface `iface` with bytes `data` comes soon (the writer gives it
-    /// [`prefetch_ahead`](Self::prefetch_ahead) packets ahead): a sink may start loading what taking it will
-    /// read. It must change nothing that taking packets gives.
-    fn prefetch(&mut self, _iface: u32, _data: &[u8]) {}
-    /// How many packets ahead the sink wants its [`prefetch`](Self::prefetch) hints (0: none).
-    fn prefetch_ahead(&self) -> usize {
-        0
+    /// Takes packets in order, as [`packet`](Self::packet) would one at a time (which the default does); a
+    /// sink given many at once may work ahead (the flow store loads what the next packets' pushes will read).
+    /// Returns how many it took (all of them, or up to and including one that failed) and the failure.
+    fn packets(&mut self, packets: &mut dyn Iterator<Item = SinkPacket<'_>>) -> (u64, Result<(), SinkError>) {
+        let mut taken = 0;
+        for p in packets {
+            taken += 1;
+            if let Err(e) = self.packet(p.iface, p.ts_ns, p.wirelen, p.data) {
+                return (taken, Err(e));
+            }
+        }
+        (taken, Ok(()))
     }
     /// Flows seen so far (for statistics; 0 if the sink does not track flows).
     fn flows(&self) -> u64 {
@@ -145,6 +150,19 @@ pub trait Sink {
     fn unsaved(&self, _iface: u32) -> u64 {
         0
     }
+}
+
+/// A packet as [`Sink::packets`] takes it: what [`Sink::packet`] takes, one by one.
+#[derive(Clone, Copy, Debug)]
+pub struct SinkPacket<'a> {
+    /// Its interface's index in [`CaptureConfig::interfaces`].
+    pub iface: u32,
+    /// When it arrived, in nanoseconds since the epoch.
+    pub ts_ns: u64,
+    /// Its length on the wire.
+    pub wirelen: u32,
+    /// Its captured bytes.
+    pub data: &'a [u8],
 }
 
 /// Why capture could not run.
@@ -868,6 +886,49 @@ impl Writer<'_> {
         }
     }
 
+    /// Hands a batch's packets to the sink all at once (or counts them as not written, after a failure or past
+    /// the packet limit), as [`packet`](Self::packet) would one by one.
+    fn batch(&mut self, b: &Batch) {
+        let max = self.control.max_packets.load(Ordering::SeqCst);
+        let allowed = match () {
+            _ if self.failure.is_some() => 0,
+            _ if max > 0 => max.saturating_sub(self.taken).min(b.pkts.len() as u64) as usize,
+            _ => b.pkts.len(),
+        };
+        let mut taken = 0;
+        if allowed > 0 {
+            let mut packets = b.pkts[..allowed].iter().map(|q| SinkPacket {
+                iface: q.iface,
+                ts_ns: q.ts,
+                wirelen: q.wirelen,
+                data: &b.data[q.start as usize..(q.start + q.len) as usize],
+            });
+            let r;
+            (taken, r) = self.sink.packets(&mut packets);
+            let taken = taken as usize;
+            // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
+            let written = if r.is_ok() { taken } else { taken.saturating_sub(1) };
+            for (i, q) in b.pkts[..taken].iter().enumerate() {
+                let u = &mut self.unsettled[q.iface as usize];
+                u.0 += 1;
+                if i < written {
+                    u.1 += u64::from(q.len);
+                }
+            }
+            self.taken += taken as u64;
+            if let Err(e) = r {
+                self.failure = Some(e);
+                self.control.stop();
+            }
+        }
+        for q in &b.pkts[taken as usize..] {
+            self.counters[q.iface as usize].unwritten.fetch_add(1, Ordering::Relaxed);
+        }
+        if max > 0 && self.taken >= max {
+            self.control.stop();
+        }
+    }
+
     /// Adds the packets written since the last call to the shared counters.
     fn settle(&mut self) {
         for (c, u) in self.counters.iter().zip(&mut self.unsettled) {
@@ -914,7 +975,6 @@ fn write_loop(
         (0..nsockets).map(|_| std::collections::VecDeque::new()).collect();
     let mut latest = vec![0u64; nsockets];
     let mut open = true;
-    let ahead = w.sink.prefetch_ahead();
     while open {
         let max_nanos = w.control.max_nanos.load(Ordering::SeqCst);
         if max_nanos > 0 && started.elapsed().as_nanos() >= u128::from(max_nanos) {
@@ -922,12 +982,7 @@ fn write_loop(
         }
         match full_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(b) if nsockets <= 1 => {
-                for i in 0..b.pkts.len() {
-                    if let Some(q) = b.pkts.get(i + ahead).filter(|_| ahead > 0) {
-                        w.sink.prefetch(q.iface, &b.data[q.start as usize..(q.start + q.len) as usize]);
-                    }
-                    w.packet(&b, i);
-                }
+                w.batch(&b);
                 w.recycle(b);
             }
             Ok(b) => {

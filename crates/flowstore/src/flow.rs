@@ -429,7 +429,7 @@ impl FlowTracker {
             };
         };
         let p = FlowPacket { tuple: FlowTuple::from(key), dir, payload, flags, wirelen, ts_ns };
-        let (e, from_orig) = self.account(&p);
+        let (e, from_orig) = self.account(&p, None);
         Assigned {
             flow: Some(e.id),
             key: Some(key),
@@ -463,7 +463,8 @@ impl FlowTracker {
 
     /// Accounts a packet to its flow; returns the flow's entry and whether the packet went from the originator.
     #[inline]
-    pub(crate) fn account(&mut self, p: &FlowPacket) -> (&mut Entry, bool) {
+    /// `hash` is the tuple's hash if the caller has it ([`prefetch`](Self::prefetch) gave it).
+    pub(crate) fn account(&mut self, p: &FlowPacket, hash: Option<u64>) -> (&mut Entry, bool) {
         let ts_ns = p.ts_ns;
         self.sweep(ts_ns);
         let is_tcp = p.tuple.proto == IpProto::TCP.0;
@@ -484,7 +485,8 @@ impl FlowTracker {
             fin_resp: false,
             state: ConnState::Oth,
         };
-        let h = self.live.hash(&p.tuple);
+        let h = hash.unwrap_or_else(|| self.live.hash(&p.tuple));
+        debug_assert_eq!(h, self.live.hash(&p.tuple), "a hash from another tuple or table");
         let at = match self.live.find(h, &p.tuple) {
             Ok(at) => {
                 let l = &mut self.live.entries[at];

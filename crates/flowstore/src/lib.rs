@@ -40,4 +40,4 @@ pub use bloom::Bloom;
 pub use error::StoreError;
 pub use flow::{ConnState, Flow, FlowTracker, Side};
 pub use segment::{FlowEntry, Segment, Stage1, Stage2, StoreMeta, StoredPacket};
-pub use store::{ImportOptions, ImportStats, Ingest, PREFETCH_AHEAD, QueryStats, Store};
+pub use store::{ImportOptions, ImportStats, Incoming, Ingest, QueryStats, Store};

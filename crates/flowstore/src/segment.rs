@@ -5,7 +5,6 @@
 //! the data last, so a segment is visible exactly when both are complete.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -136,6 +135,19 @@ pub(crate) struct Spare {
     slot_of: FxHashMap<u64, u32>,
     addrs: FxHashSet<[u8; 17]>,
     ports: FxHashSet<u16>,
+    /// What a close needs for a while, kept so that each close does not fault in fresh pages: the direct
+    /// writes' staging buffer, the slots in flow-id order, each flow's span and its positions' varints.
+    stage: Vec<u8>,
+    order: Vec<u32>,
+    spans: Vec<Span>,
+    positions: Vec<u8>,
+}
+
+/// What a flow's packets take in a closing segment: data bytes and bytes of positions' varints.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    data: u64,
+    positions: u64,
 }
 
 impl Spare {
@@ -157,6 +169,9 @@ impl Spare {
         self.slot_of.clear();
         self.addrs.clear();
         self.ports.clear();
+        self.order.clear();
+        self.spans.clear();
+        self.positions.clear();
     }
 }
 
@@ -497,10 +512,17 @@ impl SegmentWriter {
     fn write(&mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
         // Slots in flow-id order (slot 0, the packets of no flow, first), so that stage 2 finds an id by binary
         // search; each flow's packets are in its chunks in their original order.
-        let mut order: Vec<u32> = (0..self.mem.slots.len() as u32).collect();
+        // The close's temporaries, kept from the last close (and handed back below).
+        let mut order = std::mem::take(&mut self.mem.order);
+        let mut spans = std::mem::take(&mut self.mem.spans);
+        let mut positions = std::mem::take(&mut self.mem.positions);
+        order.clear();
+        spans.clear();
+        positions.clear();
+        order.extend(0..self.mem.slots.len() as u32);
         order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
-        let mut w = DataOut::create(data_tmp).map_err(io)?;
+        let mut w = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage)).map_err(io)?;
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
         h[4..6].copy_from_slice(&2u16.to_le_bytes());
@@ -510,9 +532,6 @@ impl SegmentWriter {
         w.put(&h).map_err(io)?;
         let mut at = 24u64;
         let (mut t_min, mut t_max) = (u64::MAX, 0u64);
-        // Per flow in `order`: data bytes, packets, positions bytes.
-        let mut spans = Vec::with_capacity(order.len());
-        let mut positions = Vec::new();
         let corrupt = |why: &str| StoreError::Corrupt {
             path: data_tmp.to_path_buf(),
             offset: 0,
@@ -539,7 +558,7 @@ impl SegmentWriter {
             }
             let sf = &mut m.slots[s as usize];
             let f = &mut sf.flow;
-            let (data0, pos0, mut packets) = (at, positions.len(), 0u32);
+            let (data0, pos0) = (at, positions.len());
             let mut c = sf.head;
             while c != NO_CHUNK {
                 let chunk = m.chunks[c as usize];
@@ -568,7 +587,6 @@ impl SegmentWriter {
                     w.put(record).map_err(io)?;
                     i += 16 + len;
                     at += 16 + len as u64;
-                    packets += 1;
                     t_min = t_min.min(ts);
                     t_max = t_max.max(ts);
                     f.first_ns = f.first_ns.min(ts);
@@ -584,9 +602,9 @@ impl SegmentWriter {
                 }
                 c = chunk.next;
             }
-            spans.push((at - data0, packets, (positions.len() - pos0) as u64));
+            spans.push(Span { data: at - data0, positions: (positions.len() - pos0) as u64 });
         }
-        w.finish().map_err(io)?;
+        let stage = w.finish().map_err(io)?;
 
         // Stage 1: what rules the segment out without reading further.
         let nslots = self.mem.slots.len();
@@ -631,8 +649,8 @@ impl SegmentWriter {
             .zip(&spans)
             .map(|(&s, span)| SlotIn {
                 flow: &self.mem.slots[s as usize].flow,
-                data_len: span.0,
-                positions_len: span.2,
+                data_len: span.data,
+                positions_len: span.positions,
             })
             .collect();
         let s2 = stage2::encode(&ins, stage1.t_min, &positions);
@@ -649,14 +667,17 @@ impl SegmentWriter {
         header.extend_from_slice(&[0u8; 8]);
         let crc = crc32fast::hash(&header);
         header.extend_from_slice(&crc.to_le_bytes());
-        let file = File::create(index_tmp).map_err(|e| StoreError::io(index_tmp, e))?;
-        let mut w = BufWriter::new(file);
+        // Direct too: the index is as many bytes again as a packet's position, and the page cache would cost
+        // as much CPU as its data file's direct writes.
         let io = |e| StoreError::io(index_tmp, e);
+        let mut w = DataOut::create(index_tmp, stage).map_err(io)?;
         for part in [&header, &s1, &s2, &positions] {
-            w.write_all(part).map_err(io)?;
+            w.put(part).map_err(io)?;
         }
-        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
+        self.mem.stage = w.finish().map_err(io)?;
+        self.mem.order = order;
+        self.mem.spans = spans;
+        self.mem.positions = positions;
         Ok(stage1)
     }
 }
@@ -684,17 +705,21 @@ const DIRECT_ALIGN: usize = 4096;
 const DIRECT_CHUNK: usize = 1 << 20;
 
 impl DataOut {
-    fn create(path: &Path) -> std::io::Result<DataOut> {
-        DataOut::create_trying(path, true)
+    /// Creates `path`, staging its bytes in `stage` (grown to a window and its alignment if it is smaller: a
+    /// buffer from an earlier [`finish`](Self::finish) is reused as it is).
+    fn create(path: &Path, stage: Vec<u8>) -> std::io::Result<DataOut> {
+        DataOut::create_trying(path, true, stage)
     }
 
     /// [`create`](Self::create), trying `O_DIRECT` or not.
-    fn create_trying(path: &Path, try_direct: bool) -> std::io::Result<DataOut> {
+    fn create_trying(path: &Path, try_direct: bool, mut stage: Vec<u8>) -> std::io::Result<DataOut> {
         let (file, direct) = match try_direct.then(|| open_direct(path)).flatten() {
             Some(f) => (f, true),
             None => (File::create(path)?, false),
         };
-        let stage = vec![0u8; DIRECT_CHUNK + DIRECT_ALIGN];
+        if stage.len() < DIRECT_CHUNK + DIRECT_ALIGN {
+            stage = vec![0u8; DIRECT_CHUNK + DIRECT_ALIGN];
+        }
         let start = stage.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
         Ok(DataOut { file, path: path.to_path_buf(), direct, stage, start, fill: 0, written: 0 })
     }
@@ -733,8 +758,8 @@ impl DataOut {
         self.file.write_all_at(window, self.written)
     }
 
-    /// Writes what is left, cuts the file to its length and syncs it.
-    fn finish(mut self) -> std::io::Result<()> {
+    /// Writes what is left, cuts the file to its length and syncs it; returns the staging buffer.
+    fn finish(mut self) -> std::io::Result<Vec<u8>> {
         let len = self.written + self.fill as u64;
         if self.fill > 0 {
             if self.direct {
@@ -746,7 +771,8 @@ impl DataOut {
             }
         }
         self.file.set_len(len)?;
-        self.file.sync_all()
+        self.file.sync_all()?;
+        Ok(self.stage)
     }
 }
 
@@ -1282,7 +1308,7 @@ mod tests {
             let path = dir.join(format!("pcaptool-dataout-{}", std::process::id()));
             for len in [0usize, 1, 24, 4095, 4096, 4097, DIRECT_CHUNK - 3, DIRECT_CHUNK, 3 * DIRECT_CHUNK + 77] {
                 let want: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-                let mut w = DataOut::create_trying(&path, direct).expect("create");
+                let mut w = DataOut::create_trying(&path, direct, Vec::new()).expect("create");
                 // Pieces of the sizes the writer puts: record headers and packets.
                 let mut at = 0;
                 let mut k = 0;

@@ -8,8 +8,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use pcaptool_capture::{Backend, CaptureConfig, CaptureError, Control, Event, Sink, SinkError, Summary};
-use pcaptool_flowstore::{ImportOptions, Ingest, Store, StoreMeta};
+use pcaptool_capture::{Backend, CaptureConfig, CaptureError, Control, Event, Sink, SinkError, SinkPacket, Summary};
+use pcaptool_flowstore::{ImportOptions, Incoming, Ingest, Store, StoreMeta};
 use pcaptool_packet::TsPrecision;
 use pcaptool_query::Filter;
 
@@ -119,12 +119,14 @@ impl Sink for StoreSink<'_> {
         Ok(())
     }
 
-    fn prefetch(&mut self, iface: u32, data: &[u8]) {
-        self.ingest.prefetch(self.kinds[iface as usize].0.linktype, data);
-    }
-
-    fn prefetch_ahead(&self) -> usize {
-        pcaptool_flowstore::PREFETCH_AHEAD
+    fn packets(&mut self, packets: &mut dyn Iterator<Item = SinkPacket<'_>>) -> (u64, Result<(), SinkError>) {
+        let before = self.ingest.packets();
+        let kinds = &self.kinds;
+        let r = self.ingest.push_all(packets.map(|p| {
+            let (meta, name) = &kinds[p.iface as usize];
+            Incoming { meta: *meta, iface_name: name, ts_ns: p.ts_ns, wirelen: p.wirelen, data: p.data }
+        }));
+        (self.ingest.packets() - before, r.map_err(|e| Box::new(e) as SinkError))
     }
 
     fn flows(&self) -> u64 {
