@@ -79,14 +79,17 @@ const NO_CHUNK: u32 = u32::MAX;
 /// little and a long flow's packets stand in few, long runs.
 const CHUNK_MIN: usize = 128;
 const CHUNK_MAX: usize = 64 << 10;
-/// Bytes before a packet's record in its chunk, at most: its flags, state and side, its payload length, and
-/// the varint of its position's delta (as stage 2's positions store it).
-const ENTRY_HEAD_MAX: usize = 6 + 10;
+/// Bytes the writer keeps of a packet beside its record, at the far end of its chunk: its TCP flags, its flow's
+/// state and its side, its payload length, and the difference between its position and its flow's last.
+const HEAD: usize = 16;
 
-/// Where a flow's next packet goes: the free part of its last chunk.
+/// Where a flow's next packet goes: the free part of its last chunk, between the records (from its start up)
+/// and the heads (from its end down).
 #[derive(Clone, Copy, Debug)]
 struct Tail {
+    /// Where the next record goes.
     at: usize,
+    /// Where the last head went (the next goes [`HEAD`] bytes before).
     end: usize,
     /// Position of its flow's last packet (0 before the first).
     last_seq: u64,
@@ -96,17 +99,28 @@ struct Tail {
     cap: u32,
 }
 
+impl Chunk {
+    /// Records what the chunk holds, `tail` being its flow's tail in it.
+    fn end_at(&mut self, tail: &Tail) {
+        self.len = (tail.at - self.at) as u32;
+        self.packets = ((self.top - tail.end) / HEAD) as u32;
+    }
+}
+
 impl Tail {
     /// A flow's before its first packet.
     const EMPTY: Tail = Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 };
 }
 
-/// A run of one flow's packets in the writer's arena.
+/// A run of one flow's packets in the writer's arena: their pcap records one after the other from `at` (as the
+/// data file will hold them), and their heads from `top` down, the first packet's at the top.
 #[derive(Clone, Copy, Debug)]
 struct Chunk {
     at: usize,
-    /// Bytes used (set when the flow moves on to its next chunk, and at close).
+    top: usize,
+    /// Bytes of records and number of packets (set when the flow moves on to its next chunk, and at close).
     len: u32,
+    packets: u32,
     next: u32,
 }
 
@@ -329,33 +343,35 @@ impl SegmentWriter {
             self.note_fields(p);
         }
         let state = p.flow.map_or(ConnState::Oth, |f| f.3);
-        let mut head = [0u8; ENTRY_HEAD_MAX + 16];
-        head[0] = p.flags;
-        head[1] = state as u8 | u8::from(p.from_orig) << 3;
-        head[2..6].copy_from_slice(&p.payload.to_le_bytes());
-        let tail = &mut self.mem.tails[slot as usize];
-        let mut n = 6 + put_varint_at(&mut head[6..], p.seq.wrapping_sub(tail.last_seq));
-        let len = p.data.len() as u32;
-        head[n..n + 4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
-        head[n + 4..n + 8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
-        head[n + 8..n + 12].copy_from_slice(&len.to_le_bytes());
-        head[n + 12..n + 16].copy_from_slice(&p.wirelen.to_le_bytes());
-        n += 16;
-        let need = n + p.data.len();
-        if tail.end - tail.at < need {
-            self.new_chunk(slot, need);
+        let len = p.data.len();
+        let tail = &self.mem.tails[slot as usize];
+        if tail.end - tail.at < HEAD + 16 + len {
+            self.new_chunk(slot, HEAD + 16 + len);
         }
         let tail = &mut self.mem.tails[slot as usize];
-        let at = tail.at;
-        tail.at += need;
+        let (at, head_at, delta) = (tail.at, tail.end - HEAD, p.seq.wrapping_sub(tail.last_seq));
+        tail.at += 16 + len;
+        tail.end = head_at;
         tail.last_seq = p.seq;
-        self.mem.buf[at..at + n].copy_from_slice(&head[..n]);
-        self.mem.buf[at + n..at + need].copy_from_slice(p.data);
+        let mut head = [0u8; HEAD];
+        head[0] = p.flags;
+        head[1] = state as u8 | u8::from(p.from_orig) << 3;
+        head[4..8].copy_from_slice(&p.payload.to_le_bytes());
+        head[8..16].copy_from_slice(&delta.to_le_bytes());
+        let mut record = [0u8; 16];
+        record[0..4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
+        record[4..8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
+        record[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+        record[12..16].copy_from_slice(&p.wirelen.to_le_bytes());
+        let buf = &mut self.mem.buf;
+        buf[head_at..head_at + HEAD].copy_from_slice(&head);
+        buf[at..at + 16].copy_from_slice(&record);
+        buf[at + 16..at + 16 + len].copy_from_slice(p.data);
         if self.packets == 0 {
             self.first_seq = p.seq;
         }
         self.packets += 1;
-        self.record_bytes += 16 + u64::from(len);
+        self.record_bytes += 16 + len as u64;
         self.last_seq = p.seq;
     }
 
@@ -377,6 +393,7 @@ impl SegmentWriter {
         if let Some(t) = self.mem.tails.get(slot as usize) {
             prefetch(&self.mem.buf, t.at);
             prefetch(&self.mem.buf, t.at + 64);
+            prefetch(&self.mem.buf, t.end.wrapping_sub(HEAD));
         }
     }
 
@@ -392,11 +409,10 @@ impl SegmentWriter {
         if tail.chunk == NO_CHUNK {
             m.slots[slot as usize].head = new;
         } else {
-            let c = &mut m.chunks[tail.chunk as usize];
-            c.len = (tail.at - c.at) as u32;
-            c.next = new;
+            m.chunks[tail.chunk as usize].end_at(tail);
+            m.chunks[tail.chunk as usize].next = new;
         }
-        m.chunks.push(Chunk { at, len: 0, next: NO_CHUNK });
+        m.chunks.push(Chunk { at, top: at + cap, len: 0, packets: 0, next: NO_CHUNK });
         m.used = at + cap;
         if m.used > m.buf.len() {
             // Doubling, so that the arena is written (and its pages faulted in) once, not a chunk at a time.
@@ -544,6 +560,7 @@ impl SegmentWriter {
                 for k in 0..4 {
                     prefetch(buf, ch.at + 64 * k);
                 }
+                prefetch(buf, ch.top.wrapping_sub(HEAD));
             }
         };
         for (k, &s) in order.iter().enumerate() {
@@ -553,8 +570,7 @@ impl SegmentWriter {
             let m = &mut self.mem;
             let tail = m.tails[s as usize];
             if tail.chunk != NO_CHUNK {
-                let c = &mut m.chunks[tail.chunk as usize];
-                c.len = (tail.at - c.at) as u32;
+                m.chunks[tail.chunk as usize].end_at(&tail);
             }
             let sf = &mut m.slots[s as usize];
             let f = &mut sf.flow;
@@ -563,30 +579,26 @@ impl SegmentWriter {
             while c != NO_CHUNK {
                 let chunk = m.chunks[c as usize];
                 prefetch_chunk(&m.chunks, &m.buf, chunk.next);
+                // The records go to the data file as they are, in one piece.
                 let run = &m.buf[chunk.at..chunk.at + chunk.len as usize];
+                w.put(run).map_err(io)?;
+                at += run.len() as u64;
+                let heads = chunk
+                    .top
+                    .checked_sub(chunk.packets as usize * HEAD)
+                    .and_then(|low| m.buf.get(low..chunk.top))
+                    .ok_or_else(|| corrupt("a chunk's heads are cut"))?;
+                positions.reserve(chunk.packets as usize * 10);
                 let mut i = 0;
-                while i < run.len() {
-                    prefetch(run, i + 256);
-                    let (flags, code, payload) = match run.get(i..i + 6) {
-                        Some(e) => (e[0], e[1], u32::from_le_bytes([e[2], e[3], e[4], e[5]])),
-                        None => return Err(corrupt("an entry is cut")),
-                    };
-                    // The position's varint goes to stage 2 as it is.
-                    let v = i + 6;
-                    i = v;
-                    while run.get(i).ok_or_else(|| corrupt("a position is cut"))? & 0x80 != 0 {
-                        i += 1;
-                    }
-                    i += 1;
-                    positions.extend_from_slice(&run[v..i]);
+                // Heads from the top down: the chunk's first packet first.
+                for h in heads.chunks_exact(HEAD).rev() {
+                    let word = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+                    let (flags, code, payload) = (h[0], h[1], word(h, 4));
+                    put_varint(&mut positions, u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")));
                     let r = run.get(i..i + 16).ok_or_else(|| corrupt("a record header is cut"))?;
-                    let word = |k: usize| u32::from_le_bytes([r[k], r[k + 1], r[k + 2], r[k + 3]]);
-                    let ts = u64::from(word(0)) * 1_000_000_000 + u64::from(word(4));
-                    let (len, wirelen) = (word(8) as usize, word(12));
-                    let record = run.get(i..i + 16 + len).ok_or_else(|| corrupt("a packet is cut"))?;
-                    w.put(record).map_err(io)?;
+                    let ts = u64::from(word(r, 0)) * 1_000_000_000 + u64::from(word(r, 4));
+                    let (len, wirelen) = (word(r, 8) as usize, word(r, 12));
                     i += 16 + len;
-                    at += 16 + len as u64;
                     t_min = t_min.min(ts);
                     t_max = t_max.max(ts);
                     f.first_ns = f.first_ns.min(ts);
@@ -599,6 +611,9 @@ impl SegmentWriter {
                     side.bytes += u64::from(wirelen);
                     side.payload += u64::from(payload);
                     side.flags |= flags;
+                }
+                if i != run.len() {
+                    return Err(corrupt("a chunk's records and heads disagree"));
                 }
                 c = chunk.next;
             }
@@ -801,19 +816,6 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
         v >>= 7;
     }
     out.push(v as u8);
-}
-
-/// Writes the varint of `v` at the start of `out` (which has room for 10 bytes); returns its length.
-#[inline]
-fn put_varint_at(out: &mut [u8], mut v: u64) -> usize {
-    let mut n = 0;
-    while v >= 0x80 {
-        out[n] = v as u8 | 0x80;
-        v >>= 7;
-        n += 1;
-    }
-    out[n] = v as u8;
-    n + 1
 }
 
 pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {

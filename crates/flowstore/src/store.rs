@@ -182,10 +182,11 @@ impl Ingest<'_> {
             if more {
                 match packets.next() {
                     Some(p) => {
-                        let a = &mut ring[k % AHEAD];
-                        a.flow = read_flow(p.meta.linktype, p.data);
-                        a.hash = a.flow.flow.map(|(tuple, _)| self.tracker.prefetch(&tuple));
-                        (a.p, a.entry, a.writer) = (p, None, 0);
+                        // Hashed before it is stored: hashing what was just stored would read it back in one
+                        // word from several smaller stores, which waits for them to reach the cache.
+                        let flow = read_flow(p.meta.linktype, p.data);
+                        let hash = flow.flow.map(|(tuple, _)| self.tracker.prefetch(&tuple));
+                        ring[k % AHEAD] = Ahead { p, flow, hash, entry: None, writer: 0, slot: 0 };
                         read += 1;
                     }
                     None => more = false,
@@ -319,7 +320,7 @@ impl Ingest<'_> {
     }
 
     /// Prepares the memory of the next segment: `bytes` for its packets (each takes its pcap record, 16 bytes
-    /// and its captured bytes, plus 7 to 16 bytes beside it), written once so that pushing into it never waits
+    /// and its captured bytes, plus 16 bytes beside it), written once so that pushing into it never waits
     /// for the kernel to provide a page. A capture calls this before packets arrive (n2disk preallocates so
     /// too); a closed segment's memory goes on to the next, so it stays ready.
     pub fn reserve(&mut self, bytes: usize) {
