@@ -153,7 +153,7 @@ impl Ingest<'_> {
     ///
     /// With many flows interleaved, a push reads three places that are rarely in cache: the flow table's index
     /// slot, its entry, and the end of the flow's chunk in the open segment, each found from the one before.
-    /// So a packet is read [`AHEAD`] (16) pushes before its own, and at each push one step is done for each of
+    /// So a packet is read 16 pushes before its own, and at each push one step is done for each of
     /// four packets: the newest is parsed and hashed and its index slot starts loading; for the one read 4
     /// pushes ago, that slot (loaded by now) is read and the entry it names starts loading; 4 pushes later,
     /// the entry's slot cache is read and the writer's record of the flow's chunk starts loading; 4 later,
