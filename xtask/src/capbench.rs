@@ -142,7 +142,11 @@ pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
         let mut reused = passes[1..].to_vec();
         reused.sort_by(|a, b| a.0.total_cmp(&b.0));
         row(&format!("dump and index into the flow store (buffers reused: best of {REUSED})"), reused[0], 264.0);
-        row(&format!("dump and index into the flow store (buffers reused: median of {REUSED})"), reused[REUSED / 2], 264.0);
+        row(
+            &format!("dump and index into the flow store (buffers reused: median of {REUSED})"),
+            reused[REUSED / 2],
+            264.0,
+        );
     }
     let _ = std::fs::remove_dir_all(&store_dir);
     println!();

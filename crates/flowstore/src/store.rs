@@ -714,7 +714,24 @@ mod tests {
                 f.extend_from_slice(&sp.to_be_bytes());
                 f.extend_from_slice(&dp.to_be_bytes());
                 if tcp {
-                    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, if reply { 0x12 } else { 0x02 }, 0, 0, 0, 0, 0, 0]);
+                    f.extend_from_slice(&[
+                        0,
+                        0,
+                        0,
+                        1,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0x50,
+                        if reply { 0x12 } else { 0x02 },
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ]);
                 } else {
                     f.extend_from_slice(&[0, 0, 0, 0]);
                 }
@@ -808,7 +825,13 @@ mod tests {
         // The segment closing at the 10th packet cannot be written.
         std::fs::remove_dir_all(&dir).expect("remove the store's directory");
         let frames: Vec<Vec<u8>> = (0..30).map(|i| frame(i % 6, false, 60)).collect();
-        let r = ingest.push_all(frames.iter().map(|f| Incoming { meta: meta(0), iface_name: "a", ts_ns: 1, wirelen: 60, data: f }));
+        let r = ingest.push_all(frames.iter().map(|f| Incoming {
+            meta: meta(0),
+            iface_name: "a",
+            ts_ns: 1,
+            wirelen: 60,
+            data: f,
+        }));
         assert!(matches!(r, Err(StoreError::Io { .. })), "{r:?}");
         assert_eq!(ingest.packets(), 10);
         assert_eq!(ingest.unsaved(0), 10);
