@@ -853,75 +853,47 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Hands one packet to the sink (or counts it as not written, after a failure or past the packet limit).
+    /// Hands packet `i` of `b` to the sink (the merge of several sockets hands them one at a time).
     fn packet(&mut self, b: &Batch, i: usize) {
-        let Pkt { iface, wirelen, ts, start, len } = b.pkts[i];
-        let (start, len) = (start as usize, len as usize);
-        let c = &self.counters[iface as usize];
-        let max = self.control.max_packets.load(Ordering::SeqCst);
-        let limited = max > 0 && self.taken >= max;
-        if self.failure.is_some() || limited {
-            c.unwritten.fetch_add(1, Ordering::Relaxed);
-            if limited {
-                self.control.stop();
-            }
-            return;
-        }
-        let r = self.sink.packet(iface, ts, wirelen, &b.data[start..start + len]);
-        // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
-        let u = &mut self.unsettled[iface as usize];
-        u.0 += 1;
-        self.taken += 1;
-        match r {
-            Ok(()) => {
-                u.1 += len as u64;
-            }
-            Err(e) => {
-                self.failure = Some(e);
-                self.control.stop();
-            }
-        }
-        if max > 0 && self.taken >= max {
-            self.control.stop();
-        }
+        self.hand(&b.pkts[i..=i], &b.data);
     }
 
-    /// Hands a batch's packets to the sink all at once (or counts them as not written, after a failure or past
-    /// the packet limit), as [`packet`](Self::packet) would one by one.
-    fn batch(&mut self, b: &Batch) {
+    /// Hands packets (of `data`) to the sink all at once, or counts them as not written, after a failure or
+    /// past the packet limit.
+    fn hand(&mut self, pkts: &[Pkt], data: &[u8]) {
         let max = self.control.max_packets.load(Ordering::SeqCst);
         let allowed = match () {
             _ if self.failure.is_some() => 0,
-            _ if max > 0 => max.saturating_sub(self.taken).min(b.pkts.len() as u64) as usize,
-            _ => b.pkts.len(),
+            _ if max > 0 => max.saturating_sub(self.taken).min(pkts.len() as u64) as usize,
+            _ => pkts.len(),
         };
-        let mut taken = 0;
-        if allowed > 0 {
-            let mut packets = b.pkts[..allowed].iter().map(|q| SinkPacket {
-                iface: q.iface,
-                ts_ns: q.ts,
-                wirelen: q.wirelen,
-                data: &b.data[q.start as usize..(q.start + q.len) as usize],
-            });
-            let r;
-            (taken, r) = self.sink.packets(&mut packets);
-            let taken = taken as usize;
-            // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
-            let written = if r.is_ok() { taken } else { taken.saturating_sub(1) };
-            for (i, q) in b.pkts[..taken].iter().enumerate() {
-                let u = &mut self.unsettled[q.iface as usize];
-                u.0 += 1;
-                if i < written {
-                    u.1 += u64::from(q.len);
-                }
+        let bytes = |q: &Pkt| &data[q.start as usize..(q.start + q.len) as usize];
+        let (taken, r) = match &pkts[..allowed] {
+            [] => (0, Ok(())),
+            // One packet: nothing to look ahead to.
+            [q] => (1, self.sink.packet(q.iface, q.ts, q.wirelen, bytes(q))),
+            some => {
+                let mut packets =
+                    some.iter().map(|q| SinkPacket { iface: q.iface, ts_ns: q.ts, wirelen: q.wirelen, data: bytes(q) });
+                let (n, r) = self.sink.packets(&mut packets);
+                (n as usize, r)
             }
-            self.taken += taken as u64;
-            if let Err(e) = r {
-                self.failure = Some(e);
-                self.control.stop();
+        };
+        // Taken either way: a packet lost with its segment is counted in the sink's `unsaved`.
+        let written = if r.is_ok() { taken } else { taken.saturating_sub(1) };
+        for (i, q) in pkts[..taken].iter().enumerate() {
+            let u = &mut self.unsettled[q.iface as usize];
+            u.0 += 1;
+            if i < written {
+                u.1 += u64::from(q.len);
             }
         }
-        for q in &b.pkts[taken as usize..] {
+        self.taken += taken as u64;
+        if let Err(e) = r {
+            self.failure = Some(e);
+            self.control.stop();
+        }
+        for q in &pkts[taken..] {
             self.counters[q.iface as usize].unwritten.fetch_add(1, Ordering::Relaxed);
         }
         if max > 0 && self.taken >= max {
@@ -982,7 +954,7 @@ fn write_loop(
         }
         match full_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(b) if nsockets <= 1 => {
-                w.batch(&b);
+                w.hand(&b.pkts, &b.data);
                 w.recycle(b);
             }
             Ok(b) => {

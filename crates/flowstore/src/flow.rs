@@ -464,8 +464,8 @@ impl FlowTracker {
     }
 
     /// Accounts a packet to its flow; returns the flow's entry and whether the packet went from the originator.
-    #[inline]
     /// `hash` is the tuple's hash if the caller has it ([`prefetch`](Self::prefetch) gave it).
+    #[inline]
     pub(crate) fn account(&mut self, p: &FlowPacket, hash: Option<u64>) -> (&mut Entry, bool) {
         let ts_ns = p.ts_ns;
         self.sweep(ts_ns);

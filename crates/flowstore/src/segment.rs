@@ -99,14 +99,6 @@ struct Tail {
     cap: u32,
 }
 
-impl Chunk {
-    /// Records what the chunk holds, `tail` being its flow's tail in it.
-    fn end_at(&mut self, tail: &Tail) {
-        self.len = (tail.at - self.at) as u32;
-        self.packets = ((self.top - tail.end) / HEAD) as u32;
-    }
-}
-
 impl Tail {
     /// A flow's before its first packet.
     const EMPTY: Tail = Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 };
@@ -124,6 +116,14 @@ struct Chunk {
     next: u32,
 }
 
+impl Chunk {
+    /// Records what the chunk holds, `tail` being its flow's tail in it.
+    fn end_at(&mut self, tail: &Tail) {
+        self.len = (tail.at - self.at) as u32;
+        self.packets = ((self.top - tail.end) / HEAD) as u32;
+    }
+}
+
 /// The flows of a segment: per slot its flow (slot 0: packets of no flow).
 #[derive(Debug)]
 struct SlotFlow {
@@ -137,9 +137,9 @@ struct SlotFlow {
 /// A writer's containers, which a closed writer hands to the next (their memory is already faulted in).
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
-    /// The arena: each flow's packets in chunks of their own, each packet an entry (see
-    /// [`SegmentWriter::push_cached`]) followed by its pcap record, header and bytes, as the data file holds it.
-    /// All of it has been written once; chunks are handed out from its start up to `used`.
+    /// The arena: each flow's packets in chunks of their own ([`Chunk`]: pcap records from the front, as the
+    /// data file holds them, heads from the back; see [`SegmentWriter::push_cached`]). All of it has been
+    /// written once; chunks are handed out from its start up to `used`.
     buf: Vec<u8>,
     used: usize,
     chunks: Vec<Chunk>,
@@ -324,10 +324,11 @@ impl SegmentWriter {
     /// [`push`](Self::push), with the flow's slot cache from the flow table: when it names this writer, its slot
     /// is the flow's, and when not, it is set.
     ///
-    /// The packet goes to the end of its flow's last chunk as an entry: its TCP flags (1 byte), its flow's
-    /// state and whether it went from the originator (1 byte: state code, then bit 3), its payload length (u32
-    /// LE), the varint of its position minus its flow's previous packet's (its position, for the flow's first),
-    /// then its pcap record: a 16-byte header (seconds, nanoseconds, captured and wire length) and its bytes.
+    /// The packet's pcap record (a 16-byte header: seconds, nanoseconds, captured and wire length; then its
+    /// bytes) goes after the records of its flow's last chunk, and its [`HEAD`]-byte head below the chunk's
+    /// heads: its TCP flags (byte 0), its flow's state and whether it went from the originator (byte 1: state
+    /// code, then bit 3), its payload length (u32 LE at 4), its position minus its flow's previous packet's (its
+    /// position, for the flow's first; u64 LE at 8).
     #[inline]
     pub(crate) fn push_cached(&mut self, p: &PacketIn<'_>, cache: &mut SlotCache) {
         let slot = match p.flow {
@@ -532,9 +533,7 @@ impl SegmentWriter {
         let mut order = std::mem::take(&mut self.mem.order);
         let mut spans = std::mem::take(&mut self.mem.spans);
         let mut positions = std::mem::take(&mut self.mem.positions);
-        order.clear();
-        spans.clear();
-        positions.clear();
+        // (Empty: `Spare::clear` emptied them when the writer was made.)
         order.extend(0..self.mem.slots.len() as u32);
         order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
