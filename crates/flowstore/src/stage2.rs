@@ -195,11 +195,15 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<
         put_varint(&mut post, u64::from(p) - prev);
         prev = u64::from(p);
     }
+    // Each slot's address codes (slot 0, the packets of no flow, has none), for the posting lists and the rows.
+    let codes: Vec<(u64, u64)> = std::iter::once((0, 0))
+        .chain(slots.iter().skip(1).map(|s| (code(s.flow.key.lo_addr), code(s.flow.key.hi_addr))))
+        .collect();
     let mut apairs = Vec::with_capacity(2 * slots.len());
     let mut ppairs = Vec::with_capacity(2 * slots.len());
     for (slot, s) in slots.iter().enumerate().skip(1) {
         let (k, block) = (&s.flow.key, (slot / BLOCK_FLOWS) as u64);
-        apairs.extend([(code(k.lo_addr), block), (code(k.hi_addr), block)]);
+        apairs.extend([(codes[slot].0, block), (codes[slot].1, block)]);
         ppairs.extend([(pcode(k.lo_port), block), (pcode(k.hi_port), block)]);
     }
     let mut lens = Vec::new();
@@ -231,8 +235,7 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<
         let (mut prev_id, mut prev_first, mut first_id) = (None, t_min, u64::MAX);
         let (block_data, block_pos) = (data_at, pos_at);
         for (i, s) in chunk.iter().enumerate() {
-            let codes = if b == 0 && i == 0 { (0, 0) } else { (code(s.flow.key.lo_addr), code(s.flow.key.hi_addr)) };
-            rows.push(row(s, codes, prev_id, prev_first, b == 0 && i == 0));
+            rows.push(row(s, codes[b * BLOCK_FLOWS + i], prev_id, prev_first, b == 0 && i == 0));
             if !(b == 0 && i == 0) {
                 if prev_id.is_none() {
                     first_id = s.flow.id;
