@@ -48,17 +48,28 @@ impl Bloom {
         &self.bits
     }
 
-    fn probes(&self, key: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    /// The bits key `key` sets: probe `i` is `(h1 + i·h2) mod m`. `h1` and `h2` are below 2^32 and `i` below
+    /// 2^6, so the sum never wraps and each probe is the last plus `h2 mod m`, taken mod `m` by one subtraction
+    /// (one division per key instead of one per probe).
+    fn probes(&self, key: &[u8]) -> impl Iterator<Item = usize> + use<> {
         let h = fnv1a(key);
         let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
         let m = self.bits.len() as u64 * 64;
-        (0..u64::from(self.k)).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) % m) as usize)
+        let step = h2 % m;
+        let mut p = h1 % m;
+        (0..self.k).map(move |_| {
+            let b = p;
+            p += step;
+            if p >= m {
+                p -= m;
+            }
+            b as usize
+        })
     }
 
     /// Adds `key`.
     pub fn insert(&mut self, key: &[u8]) {
-        let probes: Vec<usize> = self.probes(key).collect();
-        for b in probes {
+        for b in self.probes(key) {
             self.bits[b / 64] |= 1 << (b % 64);
         }
     }
@@ -84,5 +95,18 @@ mod tests {
         assert!(fp < 2_000, "{fp} false positives in 100,000 (1% asked)");
         let c = Bloom::from_parts(b.k(), b.words().to_vec()).unwrap();
         assert_eq!(c, b);
+    }
+
+    proptest::proptest! {
+        /// The probes are the documented `(h1 + i·h2) mod m`, computed one division per probe.
+        #[test]
+        fn probes_are_the_documented_ones(key: Vec<u8>, words in 1usize..5000, k in 1u32..=64) {
+            let b = Bloom::from_parts(k, vec![0; words]).unwrap();
+            let h = fnv1a(&key);
+            let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
+            let m = words as u64 * 64;
+            let want: Vec<usize> = (0..u64::from(k)).map(|i| (h1.wrapping_add(i.wrapping_mul(h2)) % m) as usize).collect();
+            proptest::prop_assert_eq!(b.probes(&key).collect::<Vec<_>>(), want);
+        }
     }
 }

@@ -19,7 +19,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::bloom::Bloom;
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side, SlotCache};
-use crate::stage2::{self, Bytes, Frame, SlotIn};
+use crate::stage2::{self, Bytes, Endpoints, Frame, SlotIn};
 pub use crate::stage2::{FlowEntry, Stage2};
 
 /// First bytes of a segment index.
@@ -146,7 +146,10 @@ pub(crate) struct Spare {
     /// Per slot, where its next packet goes.
     tails: Vec<Tail>,
     slots: Vec<SlotFlow>,
+    /// Each flow's slot by id, kept only once the writer is [`indexed`](SegmentWriter::index_slots).
     slot_of: FxHashMap<u64, u32>,
+    /// Addresses and ports a filter could read from a packet that are not endpoints of its flow (the Bloom
+    /// filters get these and every flow's endpoints).
     addrs: FxHashSet<[u8; 17]>,
     ports: FxHashSet<u16>,
     /// What a close needs for a while, kept so that each close does not fault in fresh pages: the direct
@@ -201,27 +204,14 @@ pub struct SegmentWriter {
     mem: Spare,
     /// Some packet's address or port fields are unknown (cut, or a link type whose fields are not read).
     unknown_fields: bool,
+    /// Whether `slot_of` is kept (see [`index_slots`](Self::index_slots)).
+    indexed: bool,
     packets: usize,
     /// Bytes of the pcap records held (headers and packets).
     record_bytes: u64,
     /// Positions of the first and last packet.
     first_seq: u64,
     last_seq: u64,
-}
-
-pub(crate) fn addr_key(a: IpAddr) -> [u8; 17] {
-    let mut k = [0u8; 17];
-    match a {
-        IpAddr::V4(v) => {
-            k[0] = 4;
-            k[1..5].copy_from_slice(&v.octets());
-        }
-        IpAddr::V6(v) => {
-            k[0] = 6;
-            k[1..17].copy_from_slice(&v.octets());
-        }
-    }
-    k
 }
 
 pub(crate) fn v4_key(v: u128) -> [u8; 17] {
@@ -283,6 +273,7 @@ impl SegmentWriter {
                 spare
             },
             unknown_fields: false,
+            indexed: false,
             packets: 0,
             record_bytes: 0,
             first_seq: u64::MAX,
@@ -318,7 +309,22 @@ impl SegmentWriter {
 
     /// Adds a packet.
     pub fn push(&mut self, p: &PacketIn<'_>) {
+        self.index_slots();
         self.push_cached(p, &mut SlotCache::default());
+    }
+
+    /// From now on finds a flow's slot by its id, not only by the flow's [`SlotCache`]. A writer that is not
+    /// indexed takes a flow whose cache names another writer for a flow it has not seen, which holds while it
+    /// is the only writer its packets go through: the cache names it from the flow's first packet in it on,
+    /// until another writer takes one of the flow's packets. So the ingest indexes every writer as soon as two
+    /// are open at once (and [`push`](Self::push), which has no cache, indexes always). Until then, a new flow
+    /// costs no map insert.
+    pub(crate) fn index_slots(&mut self) {
+        if !self.indexed {
+            self.indexed = true;
+            let m = &mut self.mem;
+            m.slot_of.extend(m.slots.iter().enumerate().skip(1).map(|(i, sf)| (sf.flow.id, i as u32)));
+        }
     }
 
     /// [`push`](Self::push), with the flow's slot cache from the flow table: when it names this writer, its slot
@@ -422,19 +428,30 @@ impl SegmentWriter {
         *tail = Tail { at, end: at + cap, last_seq: tail.last_seq, chunk: new, cap: cap as u32 };
     }
 
-    /// The slot of flow `id`, new if the flow has none yet (its endpoints then go into the Bloom filters' sets).
+    /// The slot of flow `id`, new if the flow has none yet (when the writer is not indexed, the flow is new;
+    /// see [`index_slots`](Self::index_slots)).
     #[cold]
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
-        *self.mem.slot_of.entry(id).or_insert_with(|| {
-            let key = FlowKey::from(tuple);
-            self.mem.slots.push(SlotFlow { flow: Flow { id, key, orig_is_lo, ..no_flow() }, kind: 1, head: NO_CHUNK });
-            self.mem.tails.push(Tail::EMPTY);
-            self.mem.addrs.insert(addr_key(key.lo_addr));
-            self.mem.addrs.insert(addr_key(key.hi_addr));
-            self.mem.ports.insert(key.lo_port);
-            self.mem.ports.insert(key.hi_port);
-            (self.mem.slots.len() - 1) as u32
-        })
+        let m = &mut self.mem;
+        let mut new = || {
+            m.slots.push(SlotFlow {
+                flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() },
+                kind: 1,
+                head: NO_CHUNK,
+            });
+            m.tails.push(Tail::EMPTY);
+            (m.slots.len() - 1) as u32
+        };
+        if self.indexed {
+            let slot = m.slot_of.get(&id).copied();
+            slot.unwrap_or_else(|| {
+                let slot = new();
+                m.slot_of.insert(id, slot);
+                slot
+            })
+        } else {
+            new()
+        }
     }
 
     /// Puts every address and port value a filter could test on this packet, as the filter reads it, into the
@@ -620,14 +637,31 @@ impl SegmentWriter {
         }
         let stage = w.finish().map_err(io)?;
 
+        let ins: Vec<SlotIn<'_>> = order
+            .iter()
+            .zip(&spans)
+            .map(|(&s, span)| SlotIn {
+                flow: &self.mem.slots[s as usize].flow,
+                data_len: span.data,
+                positions_len: span.positions,
+            })
+            .collect();
+        // The flows' endpoints, sorted: stage 2's dictionaries, and with the packets' other addresses and ports
+        // the Bloom filters' keys.
+        let ends = Endpoints::of(&ins);
+
         // Stage 1: what rules the segment out without reading further.
         let nslots = self.mem.slots.len();
-        let mut addr_bloom = Bloom::with_rate(self.mem.addrs.len(), BLOOM_FPR);
-        for a in &self.mem.addrs {
+        let extra_addrs: Vec<&[u8; 17]> =
+            self.mem.addrs.iter().filter(|a| ends.addrs.binary_search(a).is_err()).collect();
+        let mut addr_bloom = Bloom::with_rate(ends.addrs.len() + extra_addrs.len(), BLOOM_FPR);
+        for a in ends.addrs.iter().chain(extra_addrs) {
             addr_bloom.insert(bloom_bytes(a));
         }
-        let mut port_bloom = Bloom::with_rate(self.mem.ports.len(), BLOOM_FPR);
-        for p in &self.mem.ports {
+        let extra_ports: Vec<u16> =
+            self.mem.ports.iter().copied().filter(|p| ends.ports.binary_search(p).is_err()).collect();
+        let mut port_bloom = Bloom::with_rate(ends.ports.len() + extra_ports.len(), BLOOM_FPR);
+        for p in ends.ports.iter().chain(&extra_ports) {
             port_bloom.insert(&p.to_be_bytes());
         }
         let mut id_bloom = Bloom::with_rate(nslots - 1, BLOOM_FPR);
@@ -658,16 +692,7 @@ impl SegmentWriter {
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
-        let ins: Vec<SlotIn<'_>> = order
-            .iter()
-            .zip(&spans)
-            .map(|(&s, span)| SlotIn {
-                flow: &self.mem.slots[s as usize].flow,
-                data_len: span.data,
-                positions_len: span.positions,
-            })
-            .collect();
-        let s2 = stage2::encode(&ins, stage1.t_min, &positions);
+        let s2 = stage2::encode(&ins, &ends, stage1.t_min, &positions);
         let mut stage1 = stage1;
         stage1.stage2_len = s2.len() as u64;
         stage1.positions_len = positions.len() as u64;

@@ -17,7 +17,7 @@ use pcaptool_packet::{Field, FlowKey, IpProto, MappedFile, Need, Pred};
 
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
-use crate::segment::{Rd, addr_key, get_varint, ip_of, need_may, no_flow, put_varint, v4_key, v6_key};
+use crate::segment::{Rd, get_varint, ip_of, need_may, no_flow, put_varint, v4_key, v6_key};
 
 /// Flow entries per block of the flow table.
 pub const BLOCK_FLOWS: usize = 256;
@@ -155,26 +155,84 @@ fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64,
     ]
 }
 
+/// The distinct endpoint addresses and ports of a segment's flows, sorted, and each slot's codes (its
+/// endpoints' places in them). Slot 0, the packets of no flow, has none.
+pub(crate) struct Endpoints {
+    /// Address keys (family 4 or 6, then the address bytes: [`v4_key`], [`v6_key`]), in order: IPv4 first.
+    pub(crate) addrs: Vec<[u8; 17]>,
+    /// How many of `addrs` are IPv4.
+    n4: usize,
+    pub(crate) ports: Vec<u16>,
+    /// Per slot, the codes of its `lo` and `hi` address, then of its `lo` and `hi` port (0s for slot 0).
+    codes: Vec<[u64; 4]>,
+}
+
+impl Endpoints {
+    /// The endpoints of `slots` (slot 0 the packets of no flow).
+    pub(crate) fn of(slots: &[SlotIn<'_>]) -> Endpoints {
+        let mut codes = vec![[0u64; 4]; slots.len()];
+        // Addresses: each tagged with where its code goes (slot × 4 + side), sorted, and numbered in order; one
+        // sort, not a sort and then a binary search for each.
+        let mut v4: Vec<u128> = Vec::with_capacity(2 * slots.len());
+        let mut v6: Vec<(u128, u64)> = Vec::new();
+        for (slot, s) in slots.iter().enumerate().skip(1) {
+            for (side, a) in [s.flow.key.lo_addr, s.flow.key.hi_addr].into_iter().enumerate() {
+                let tag = (slot * 4 + side) as u64;
+                match a {
+                    IpAddr::V4(v) => v4.push(u128::from(u32::from(v)) << 64 | u128::from(tag)),
+                    IpAddr::V6(v) => v6.push((u128::from(v), tag)),
+                }
+            }
+        }
+        v4.sort_unstable();
+        v6.sort_unstable();
+        let mut addrs = Vec::new();
+        let mut number = |key: [u8; 17], tag: u64| {
+            if addrs.last() != Some(&key) {
+                addrs.push(key);
+            }
+            codes[(tag / 4) as usize][(tag % 4) as usize] = (addrs.len() - 1) as u64;
+        };
+        for x in v4 {
+            number(v4_key(x >> 64), x as u64);
+        }
+        for (v, tag) in v6 {
+            number(v6_key(v), tag);
+        }
+        let n4 = addrs.iter().take_while(|a| a[0] == 4).count();
+        // Ports: a bitmap of the 65,536 values, a port's code the set bits below it.
+        let mut bits = vec![0u64; 1 << 10];
+        for s in slots.iter().skip(1) {
+            for p in [s.flow.key.lo_port, s.flow.key.hi_port] {
+                bits[usize::from(p / 64)] |= 1 << (p % 64);
+            }
+        }
+        let mut below = Vec::with_capacity(bits.len());
+        let mut ports = Vec::new();
+        for (w, &word) in bits.iter().enumerate() {
+            below.push(ports.len() as u64);
+            let mut rest = word;
+            while rest != 0 {
+                ports.push((w * 64) as u16 + rest.trailing_zeros() as u16);
+                rest &= rest - 1;
+            }
+        }
+        let rank = |p: u16| {
+            below[usize::from(p / 64)] + u64::from((bits[usize::from(p / 64)] & ((1 << (p % 64)) - 1)).count_ones())
+        };
+        for (slot, s) in slots.iter().enumerate().skip(1) {
+            codes[slot][2] = rank(s.flow.key.lo_port);
+            codes[slot][3] = rank(s.flow.key.hi_port);
+        }
+        Endpoints { addrs, n4, ports, codes }
+    }
+}
+
 /// Encodes stage 2 of the slots (slot 0 the packets of no flow, the others in increasing flow id), whose
-/// original-order positions are `positions`.
-pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<u8> {
-    let flows = || slots.iter().skip(1).map(|s| s.flow);
-    // Address keys in their byte order, compared as numbers (family, then the address bytes as a big-endian
-    // number: the same order as the bytes', without a memcmp per comparison).
-    let num = |k: &[u8; 17]| {
-        let mut b = [0u8; 16];
-        b.copy_from_slice(&k[1..17]);
-        (k[0], u128::from_be_bytes(b))
-    };
-    let mut addrs: Vec<[u8; 17]> = flows().flat_map(|f| [addr_key(f.key.lo_addr), addr_key(f.key.hi_addr)]).collect();
-    addrs.sort_unstable_by_key(num);
-    addrs.dedup();
-    let mut ports: Vec<u16> = flows().flat_map(|f| [f.key.lo_port, f.key.hi_port]).collect();
-    ports.sort_unstable();
-    ports.dedup();
-    let code = |a: IpAddr| addrs.binary_search_by_key(&num(&addr_key(a)), num).unwrap_or(0) as u64;
-    let pcode = |p: u16| ports.binary_search(&p).unwrap_or(0) as u64;
-    let n4 = addrs.iter().take_while(|a| a[0] == 4).count();
+/// endpoints are `ends` and whose original-order positions are `positions`.
+pub(crate) fn encode(slots: &[SlotIn<'_>], ends: &Endpoints, t_min: u64, positions: &[u8]) -> Vec<u8> {
+    let Endpoints { addrs, n4, ports, codes } = ends;
+    let n4 = *n4;
 
     let mut dict = Vec::new();
     let mut prev = 0u64;
@@ -191,36 +249,43 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<
     // decoded whole anyway). Streams: port dictionary deltas, list lengths, then block number deltas.
     let mut post = Vec::new();
     let mut prev = 0u64;
-    for &p in &ports {
+    for &p in ports {
         put_varint(&mut post, u64::from(p) - prev);
         prev = u64::from(p);
     }
-    // Each slot's address codes (slot 0, the packets of no flow, has none), for the posting lists and the rows.
-    let codes: Vec<(u64, u64)> = std::iter::once((0, 0))
-        .chain(slots.iter().skip(1).map(|s| (code(s.flow.key.lo_addr), code(s.flow.key.hi_addr))))
-        .collect();
-    let mut apairs = Vec::with_capacity(2 * slots.len());
-    let mut ppairs = Vec::with_capacity(2 * slots.len());
-    for (slot, s) in slots.iter().enumerate().skip(1) {
-        let (k, block) = (&s.flow.key, (slot / BLOCK_FLOWS) as u64);
-        apairs.extend([(codes[slot].0, block), (codes[slot].1, block)]);
-        ppairs.extend([(pcode(k.lo_port), block), (pcode(k.hi_port), block)]);
-    }
+    // Posting lists by a counting sort of each slot's codes: a code's blocks come out in slot order, so
+    // increasing, and repeats stand together.
     let mut lens = Vec::new();
     let mut blocks_of = Vec::new();
-    for (pairs, n) in [(&mut apairs, addrs.len()), (&mut ppairs, ports.len())] {
-        pairs.sort_unstable();
-        pairs.dedup();
-        let mut i = 0;
-        for c in 0..n as u64 {
-            let start = i;
-            let mut last = 0;
-            while i < pairs.len() && pairs[i].0 == c {
-                put_varint(&mut blocks_of, pairs[i].1 - last);
-                last = pairs[i].1;
-                i += 1;
+    for (sides, n) in [(0..2, addrs.len()), (2..4, ports.len())] {
+        let mut start = vec![0usize; n + 1];
+        for c in codes.iter().skip(1) {
+            for side in sides.clone() {
+                start[c[side] as usize + 1] += 1;
             }
-            put_varint(&mut lens, (i - start) as u64);
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut sorted = vec![0u64; start[n]];
+        for (slot, c) in codes.iter().enumerate().skip(1) {
+            for side in sides.clone() {
+                let f = &mut fill[c[side] as usize];
+                sorted[*f] = (slot / BLOCK_FLOWS) as u64;
+                *f += 1;
+            }
+        }
+        for code in 0..n {
+            let (mut last, mut count) = (None, 0u64);
+            for &block in &sorted[start[code]..start[code + 1]] {
+                if last != Some(block) {
+                    put_varint(&mut blocks_of, block - last.unwrap_or(0));
+                    last = Some(block);
+                    count += 1;
+                }
+            }
+            put_varint(&mut lens, count);
         }
     }
     post.extend_from_slice(&lens);
@@ -235,7 +300,8 @@ pub(crate) fn encode(slots: &[SlotIn<'_>], t_min: u64, positions: &[u8]) -> Vec<
         let (mut prev_id, mut prev_first, mut first_id) = (None, t_min, u64::MAX);
         let (block_data, block_pos) = (data_at, pos_at);
         for (i, s) in chunk.iter().enumerate() {
-            rows.push(row(s, codes[b * BLOCK_FLOWS + i], prev_id, prev_first, b == 0 && i == 0));
+            let c = codes[b * BLOCK_FLOWS + i];
+            rows.push(row(s, (c[0], c[1]), prev_id, prev_first, b == 0 && i == 0));
             if !(b == 0 && i == 0) {
                 if prev_id.is_none() {
                     first_id = s.flow.id;
@@ -800,8 +866,29 @@ mod tests {
                     SlotIn { flow: f, data_len: full - c.min(&(f.orig.bytes + f.resp.bytes)), positions_len: packets + c % 3 }
                 })
                 .collect();
+            // The endpoints equal a sort, a dedup and binary searches.
+            let ends = Endpoints::of(&ins);
+            let key = |a: IpAddr| match a {
+                IpAddr::V4(v) => v4_key(u128::from(u32::from(v))),
+                IpAddr::V6(v) => v6_key(u128::from(v)),
+            };
+            let mut addrs: Vec<[u8; 17]> = flows[1..].iter().flat_map(|f| [key(f.key.lo_addr), key(f.key.hi_addr)]).collect();
+            addrs.sort_unstable();
+            addrs.dedup();
+            let mut ports: Vec<u16> = flows[1..].iter().flat_map(|f| [f.key.lo_port, f.key.hi_port]).collect();
+            ports.sort_unstable();
+            ports.dedup();
+            prop_assert_eq!(&ends.addrs, &addrs);
+            prop_assert_eq!(ends.n4, addrs.iter().filter(|a| a[0] == 4).count());
+            prop_assert_eq!(&ends.ports, &ports);
+            prop_assert_eq!(ends.codes[0], [0; 4]);
+            for (f, c) in flows.iter().zip(&ends.codes).skip(1) {
+                let code = |a| addrs.binary_search(&key(a)).unwrap() as u64;
+                let pcode = |p| ports.binary_search(&p).unwrap() as u64;
+                prop_assert_eq!(*c, [code(f.key.lo_addr), code(f.key.hi_addr), pcode(f.key.lo_port), pcode(f.key.hi_port)]);
+            }
             let zeros = vec![0u8; ins.iter().map(|s| s.positions_len).sum::<u64>() as usize];
-            let body = encode(&ins, t0, &zeros);
+            let body = encode(&ins, &ends, t0, &zeros);
             let frame = Frame {
                 slots: ins.len(),
                 t_min: t0,

@@ -228,7 +228,13 @@ impl Ingest<'_> {
             Some(i) => i,
             None => {
                 let spare = std::mem::take(&mut self.spare);
-                self.writers.push(SegmentWriter::with_spare(meta, iface_name, spare));
+                let mut w = SegmentWriter::with_spare(meta, iface_name, spare);
+                // With two writers open, a flow's packets can go to both, and its slot cache names only one.
+                if !self.writers.is_empty() {
+                    w.index_slots();
+                    self.writers.iter_mut().for_each(SegmentWriter::index_slots);
+                }
+                self.writers.push(w);
                 self.writers.len() - 1
             }
         };
@@ -811,6 +817,62 @@ mod tests {
                 prop_assert!(x == y, "{} and {} differ", x.0, y.0);
             }
             let _ = std::fs::remove_dir_all(&base);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// However a flow's packets alternate between interfaces (two writers open at once, the second opening
+        /// while the first holds flows), each segment holds each flow in one entry, and the store gives back
+        /// every packet of each flow.
+        #[test]
+        fn a_flow_has_one_entry_per_segment(
+            packets in proptest::collection::vec((0usize..6, any::<bool>(), 0u32..2), 1..200),
+            first_alone in 0usize..50,
+            segment_packets in 3u64..80,
+        ) {
+            let frames: Vec<(u32, Vec<u8>)> = packets
+                .iter()
+                .enumerate()
+                .map(|(i, &(k, reply, iface))| (if i < first_alone { 0 } else { iface }, frame(k, reply, 60)))
+                .collect();
+            let dir = std::env::temp_dir().join(format!("pcaptool-one-entry-{}-{:?}", std::process::id(), std::thread::current().id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let mut store = Store::create(&dir).expect("store");
+            {
+                let mut ingest = store.ingest(&ImportOptions { segment_packets, ..ImportOptions::default() });
+                ingest
+                    .push_all(frames.iter().enumerate().map(|(i, (iface, f))| Incoming {
+                        meta: meta(*iface),
+                        iface_name: ["a", "b"][*iface as usize],
+                        ts_ns: 1_000 * i as u64,
+                        wirelen: 60,
+                        data: f,
+                    }))
+                    .expect("push_all");
+                ingest.finish().expect("finish");
+            }
+            let store = Store::open(&dir).expect("open");
+            for seg in store.segments() {
+                let mut ids: Vec<u64> =
+                    seg.stage2().expect("stage 2").entries().expect("entries").iter().filter(|e| !e.is_no_flow()).map(|e| e.flow.id).collect();
+                let n = ids.len();
+                ids.sort_unstable();
+                ids.dedup();
+                prop_assert_eq!(ids.len(), n, "a flow with two entries in one segment");
+            }
+            let flows = store.flows(&Need::All).expect("flows");
+            prop_assert_eq!(flows.len(), packets.iter().map(|p| p.0).collect::<std::collections::BTreeSet<_>>().len());
+            let mut total = 0;
+            for f in &flows {
+                let mut n = 0u64;
+                prop_assert!(store.flow(f.id, &mut |_| n += 1).expect("flow"));
+                prop_assert_eq!(n, f.orig.packets + f.resp.packets);
+                total += n;
+            }
+            prop_assert_eq!(total, frames.len() as u64);
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 
