@@ -25,7 +25,12 @@ use crate::{build_pcaptool, root};
 /// CPU seconds (user + system) this process's threads have used, from each one's /proc schedstat (nanoseconds
 /// on the CPU; /proc/self/stat counts in ticks of 10 ms, 3% of a pass here).
 fn cpu_seconds() -> f64 {
-    let ns: u64 = std::fs::read_dir("/proc/self/task")
+    threads_cpu_seconds("self")
+}
+
+/// CPU seconds the threads of process `pid` ("self" or a number) have used, as [`cpu_seconds`] counts them.
+fn threads_cpu_seconds(pid: &str) -> f64 {
+    let ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
@@ -42,16 +47,6 @@ fn machine_jiffies() -> (u64, u64) {
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
     (total - idle, total)
-}
-
-/// User and system time of process `pid` (all its threads), in jiffies of 10 ms.
-fn process_jiffies(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name (which may hold spaces), from the third: utime and stime are the
-    // 14th and 15th.
-    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
-    let v: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
-    v.iter().sum()
 }
 
 fn mhz() -> f64 {
@@ -328,23 +323,28 @@ pub(crate) fn capture_section() -> anyhow::Result<()> {
     let n = 1_000_000usize;
     let trace = dir.join("frames-64-fixed.pcap");
     write_frames(&trace, &udp_frames(n, 60, 20_000))?;
-    println!("whole-machine CPU per packet at {rate} packets/s ({n} frames of 64 bytes; /proc/stat, both cores):");
+    println!(
+        "whole-machine CPU per packet at {rate} packets/s ({n} frames of 64 bytes; /proc/stat, both cores; the \
+         capturer's own from its threads' schedstat):"
+    );
     println!();
     println!(
         "| capturer | busy CPU per packet | minus the replay alone | the capturer's own CPU per packet | written |"
     );
     println!("|---|---|---|---|---|");
-    // Whole-machine busy time per packet, and the capturer's own (user + system time of its process, all
-    // threads: what it does beyond the kernel's delivery into its ring, which the replay's side pays).
+    // Whole-machine busy time per packet, and the capturer's own (the CPU time of its process's threads, in
+    // nanoseconds from their schedstat: what it does beyond the kernel's delivery into its ring, which the
+    // replay's side pays; its threads run from before the replay to after it).
     let measure = |child: Option<Child>| -> anyhow::Result<(f64, f64, Option<Child>)> {
-        let pid = child.as_ref().map(Child::id);
+        let pid = child.as_ref().map(|c| c.id().to_string());
+        let own = || pid.as_deref().map_or(0.0, threads_cpu_seconds);
         let (b0, _) = machine_jiffies();
-        let p0 = pid.map_or(0, process_jiffies);
+        let p0 = own();
         let (sent, _) = replay(&pair, &trace, Some(rate))?;
         let (b1, _) = machine_jiffies();
-        let p1 = pid.map_or(0, process_jiffies);
-        let per = |j: u64| j as f64 * 10_000.0 / sent.max(1) as f64;
-        Ok((per(b1 - b0), per(p1 - p0), child))
+        let p1 = own();
+        let sent = sent.max(1) as f64;
+        Ok(((b1 - b0) as f64 * 10_000.0 / sent, (p1 - p0) * 1e6 / sent, child))
     };
     let (base, _, _) = measure(None)?;
     println!("| (the replay alone) | {base:.2} µs | | | |");
