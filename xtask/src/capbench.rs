@@ -4,11 +4,14 @@
 //! - The pipeline from memory: 64-byte frames of many flows pushed into the flow store (`Store::ingest`: flow
 //!   tracking, flow-clustered segments, their indexes, fsync at each close), and for comparison only dumped to a
 //!   pcap file; CPU time per packet, in cycles at the nominal clock (this machine has no cycle counter), against
-//!   n2disk's 149 cycles per packet to dump and 264 to dump and index, and 10GbE line rate (14.88 Mpps).
+//!   n2disk's 149 cycles per packet to dump and 264 to dump and index, and 10GbE line rate (14.88 Mpps); once
+//!   with one segment per pass, once closing a segment every 500,000 packets (as a capture at 100,000
+//!   packets/s does every 5 s).
 //! - Zero drops at the generator's highest rate: tcpreplay --topspeed of 64-byte and 512-byte frames into the
 //!   veth pair, `pcaptool capture` (AF_PACKET, indexing on) and `tcpdump -w` on the other end.
 //! - Whole-machine CPU time per captured packet at a fixed rate, from /proc/stat (most of the work is the
-//!   kernel's): pcaptool capture and tcpdump -w, each minus the replay alone.
+//!   kernel's): pcaptool capture and tcpdump -w, each minus the replay alone, and each capturer's own CPU time
+//!   (its threads' schedstat).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
