@@ -52,6 +52,11 @@ fn machine_jiffies() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// CPU and wall seconds since `c0` (from [`cpu_seconds`]) and `t0`.
+fn since(c0: f64, t0: Instant) -> (f64, f64) {
+    (cpu_seconds() - c0, t0.elapsed().as_secs_f64())
+}
+
 fn mhz() -> f64 {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -91,7 +96,6 @@ pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
             n as f64 / wall / 14.88e6
         );
     };
-    let since = |c0: f64, t0: Instant| (cpu_seconds() - c0, t0.elapsed().as_secs_f64());
     // Dump only: a pcap file (what tcpdump -w does with a packet after the kernel).
     let dump = dir.join("dump.pcap");
     let (c0, t0) = (cpu_seconds(), Instant::now());
@@ -161,7 +165,7 @@ fn store_passes(dir: &Path, frames: &[Vec<u8>], every: usize) -> anyhow::Result<
                 }))?;
                 ingest.flush()?;
             }
-            passes.push((cpu_seconds() - c0, t0.elapsed().as_secs_f64()));
+            passes.push(since(c0, t0));
         }
         ingest.finish()?;
     }

@@ -432,26 +432,17 @@ impl SegmentWriter {
     /// see [`index_slots`](Self::index_slots)).
     #[cold]
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
-        let m = &mut self.mem;
+        let (slots, tails) = (&mut self.mem.slots, &mut self.mem.tails);
         let mut new = || {
-            m.slots.push(SlotFlow {
+            slots.push(SlotFlow {
                 flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() },
                 kind: 1,
                 head: NO_CHUNK,
             });
-            m.tails.push(Tail::EMPTY);
-            (m.slots.len() - 1) as u32
+            tails.push(Tail::EMPTY);
+            (slots.len() - 1) as u32
         };
-        if self.indexed {
-            let slot = m.slot_of.get(&id).copied();
-            slot.unwrap_or_else(|| {
-                let slot = new();
-                m.slot_of.insert(id, slot);
-                slot
-            })
-        } else {
-            new()
-        }
+        if self.indexed { *self.mem.slot_of.entry(id).or_insert_with(new) } else { new() }
     }
 
     /// Puts every address and port value a filter could test on this packet, as the filter reads it, into the
