@@ -72,57 +72,15 @@ pub struct PacketIn<'a> {
     pub flags: u8,
 }
 
-/// No chunk (end of a flow's chain, or a flow without packets yet).
-const NO_CHUNK: u32 = u32::MAX;
-/// The smallest and largest chunk a flow's packets are given (a packet bigger than the largest gets a chunk of
-/// its own size). A flow's chunks double in size from the smallest, so that a flow of one small packet wastes
-/// little and a long flow's packets stand in few, long runs.
-const CHUNK_MIN: usize = 128;
-const CHUNK_MAX: usize = 64 << 10;
-/// Bytes the writer keeps of a packet beside its record, at the far end of its chunk: its TCP flags, its flow's
-/// state and its side, its payload length, and the difference between its position and its flow's last.
+/// Bytes the writer keeps of a packet before its record (see [`SegmentWriter::push_cached`]): the difference
+/// between its position and its flow's last, its payload length, its TCP flags, its flow's state and its side.
 const HEAD: usize = 16;
 
-/// Where a flow's next packet goes: the free part of its last chunk, between the records (from its start up)
-/// and the heads (from its end down).
-#[derive(Clone, Copy, Debug)]
-struct Tail {
-    /// Where the next record goes.
-    at: usize,
-    /// Where the last head went (the next goes [`HEAD`] bytes before).
-    end: usize,
-    /// Position of its flow's last packet (0 before the first).
-    last_seq: u64,
-    /// Its chunk, or [`NO_CHUNK`].
-    chunk: u32,
-    /// That chunk's size.
-    cap: u32,
-}
+/// Bytes the writer keeps of a packet at the far end of the arena: its slot and its captured length.
+const ENTRY: usize = 8;
 
-impl Tail {
-    /// A flow's before its first packet.
-    const EMPTY: Tail = Tail { at: 0, end: 0, last_seq: 0, chunk: NO_CHUNK, cap: 0 };
-}
-
-/// A run of one flow's packets in the writer's arena: their pcap records one after the other from `at` (as the
-/// data file will hold them), and their heads from `top` down, the first packet's at the top.
-#[derive(Clone, Copy, Debug)]
-struct Chunk {
-    at: usize,
-    top: usize,
-    /// Bytes of records and number of packets (set when the flow moves on to its next chunk, and at close).
-    len: u32,
-    packets: u32,
-    next: u32,
-}
-
-impl Chunk {
-    /// Records what the chunk holds, `tail` being its flow's tail in it.
-    fn end_at(&mut self, tail: &Tail) {
-        self.len = (tail.at - self.at) as u32;
-        self.packets = ((self.top - tail.end) / HEAD) as u32;
-    }
-}
+/// The smallest arena a writer grows to (it doubles from there).
+const ARENA_MIN: usize = 64 << 10;
 
 /// The flows of a segment: per slot its flow (slot 0: packets of no flow).
 #[derive(Debug)]
@@ -130,21 +88,19 @@ struct SlotFlow {
     flow: Flow,
     /// 1 a flow, 0 the packets of no flow.
     kind: u8,
-    /// Its first chunk, or [`NO_CHUNK`].
-    head: u32,
 }
 
 /// A writer's containers, which a closed writer hands to the next (their memory is already faulted in).
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
-    /// The arena: each flow's packets in chunks of their own ([`Chunk`]: pcap records from the front, as the
-    /// data file holds them, heads from the back; see [`SegmentWriter::push_cached`]). All of it has been
-    /// written once; chunks are handed out from its start up to `used`.
+    /// The arena: the packets from the front, in the order they came (up to `used`), each its [`HEAD`] and its
+    /// pcap record, and from the back an [`ENTRY`] for each (`items` of them, the first at the very end; see
+    /// [`SegmentWriter::push_cached`]). All of it has been written once.
     buf: Vec<u8>,
     used: usize,
-    chunks: Vec<Chunk>,
-    /// Per slot, where its next packet goes.
-    tails: Vec<Tail>,
+    items: usize,
+    /// Per slot, the position of its flow's last packet (0 before the first).
+    last: Vec<u64>,
     slots: Vec<SlotFlow>,
     /// Each flow's slot by id, kept only once the writer is [`indexed`](SegmentWriter::index_slots).
     slot_of: FxHashMap<u64, u32>,
@@ -153,9 +109,12 @@ pub(crate) struct Spare {
     addrs: FxHashSet<[u8; 17]>,
     ports: FxHashSet<u16>,
     /// What a close needs for a while, kept so that each close does not fault in fresh pages: the direct
-    /// writes' staging buffer, the slots in flow-id order, each flow's span and its positions' varints.
+    /// writes' staging buffer, the slots in flow-id order, per slot a count and then a cursor, the packets
+    /// (their item numbers) in the order the data file takes them, each flow's span and its positions' varints.
     stage: Vec<u8>,
     order: Vec<u32>,
+    cursor: Vec<u32>,
+    sorted: Vec<u64>,
     spans: Vec<Span>,
     positions: Vec<u8>,
 }
@@ -177,16 +136,37 @@ impl Spare {
         }
     }
 
+    /// Packet `k`'s slot and captured length, from its [`ENTRY`] (the first packet's is at the very end).
+    fn entry(&self, k: usize) -> (usize, usize) {
+        let at = self.buf.len() - (k + 1) * ENTRY;
+        let b = &self.buf[at..at + ENTRY];
+        (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize)
+    }
+
+    /// Makes room for `need` more bytes between the packets and the entries: the arena doubles (at least), its
+    /// entries move to its new end.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, need: usize) {
+        let old = self.buf.len();
+        let len = (2 * old).max(old + need).max(ARENA_MIN);
+        let lo = old - self.items * ENTRY;
+        self.buf.resize(len, 0xa5);
+        self.buf.copy_within(lo..old, len - self.items * ENTRY);
+    }
+
     /// Empties every container, keeping its memory.
     fn clear(&mut self) {
         self.used = 0;
-        self.chunks.clear();
-        self.tails.clear();
+        self.items = 0;
+        self.last.clear();
         self.slots.clear();
         self.slot_of.clear();
         self.addrs.clear();
         self.ports.clear();
         self.order.clear();
+        self.cursor.clear();
+        self.sorted.clear();
         self.spans.clear();
         self.positions.clear();
     }
@@ -199,7 +179,7 @@ pub struct SegmentWriter {
     id: u64,
     meta: StoreMeta,
     iface_name: String,
-    /// The packets, in chunks per flow; the flow slots (slot 0: packets of no flow); the Bloom filters' address
+    /// The packets, in the order they came; the flow slots (slot 0: packets of no flow); the Bloom filters' address
     /// and port sets.
     mem: Spare,
     /// Some packet's address or port fields are unknown (cut, or a link type whose fields are not read).
@@ -268,8 +248,8 @@ impl SegmentWriter {
             iface_name,
             mem: {
                 spare.clear();
-                spare.slots.push(SlotFlow { flow: no_flow(), kind: 0, head: NO_CHUNK });
-                spare.tails.push(Tail::EMPTY);
+                spare.slots.push(SlotFlow { flow: no_flow(), kind: 0 });
+                spare.last.push(0);
                 spare
             },
             unknown_fields: false,
@@ -301,10 +281,10 @@ impl SegmentWriter {
         24 + self.record_bytes
     }
 
-    /// Bytes of memory its packets take: their records, what each flow's packets need beside them, and the
-    /// unused ends of the flows' chunks (at most about as much again as the records).
+    /// Bytes of memory its packets take: their records and [`HEAD`] + [`ENTRY`] bytes beside each (a close
+    /// needs 8 more a packet, and its flows' index).
     pub fn memory_bytes(&self) -> u64 {
-        self.mem.used as u64
+        (self.mem.used + self.mem.items * ENTRY) as u64
     }
 
     /// Adds a packet.
@@ -330,11 +310,13 @@ impl SegmentWriter {
     /// [`push`](Self::push), with the flow's slot cache from the flow table: when it names this writer, its slot
     /// is the flow's, and when not, it is set.
     ///
-    /// The packet's pcap record (a 16-byte header: seconds, nanoseconds, captured and wire length; then its
-    /// bytes) goes after the records of its flow's last chunk, and its [`HEAD`]-byte head below the chunk's
-    /// heads: its TCP flags (byte 0), its flow's state and whether it went from the originator (byte 1: state
-    /// code, then bit 3), its payload length (u32 LE at 4), its position minus its flow's previous packet's (its
-    /// position, for the flow's first; u64 LE at 8).
+    /// The packet goes after the last one, whatever its flow: its [`HEAD`] (its position minus its flow's
+    /// previous packet's, or its position for the flow's first, u64 LE at 0; its payload length, u32 LE at 8;
+    /// its TCP flags, byte 12; its flow's state and whether it went from the originator, byte 13: state code,
+    /// then bit 3), then its pcap record (a 16-byte header: seconds, nanoseconds, captured and wire length; then
+    /// its bytes). Its [`ENTRY`] (slot and captured length, u32 LE each) goes below the last packet's at the
+    /// arena's far end. Both are written in sequence, so that a push touches no memory of its flow's but the
+    /// flow's last position; the close puts each flow's packets together (see `write`).
     #[inline]
     pub(crate) fn push_cached(&mut self, p: &PacketIn<'_>, cache: &mut SlotCache) {
         let slot = match p.flow {
@@ -351,29 +333,32 @@ impl SegmentWriter {
         }
         let state = p.flow.map_or(ConnState::Oth, |f| f.3);
         let len = p.data.len();
-        let tail = &self.mem.tails[slot as usize];
-        if tail.end - tail.at < HEAD + 16 + len {
-            self.new_chunk(slot, HEAD + 16 + len);
+        let m = &mut self.mem;
+        let need = HEAD + 16 + len + ENTRY;
+        if m.buf.len() - m.items * ENTRY - m.used < need {
+            m.grow(need);
         }
-        let tail = &mut self.mem.tails[slot as usize];
-        let (at, head_at, delta) = (tail.at, tail.end - HEAD, p.seq.wrapping_sub(tail.last_seq));
-        tail.at += 16 + len;
-        tail.end = head_at;
-        tail.last_seq = p.seq;
-        let mut head = [0u8; HEAD];
-        head[0] = p.flags;
-        head[1] = state as u8 | u8::from(p.from_orig) << 3;
-        head[4..8].copy_from_slice(&p.payload.to_le_bytes());
-        head[8..16].copy_from_slice(&delta.to_le_bytes());
-        let mut record = [0u8; 16];
-        record[0..4].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
-        record[4..8].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
-        record[8..12].copy_from_slice(&(len as u32).to_le_bytes());
-        record[12..16].copy_from_slice(&p.wirelen.to_le_bytes());
-        let buf = &mut self.mem.buf;
-        buf[head_at..head_at + HEAD].copy_from_slice(&head);
-        buf[at..at + 16].copy_from_slice(&record);
-        buf[at + 16..at + 16 + len].copy_from_slice(p.data);
+        let last = &mut m.last[slot as usize];
+        let delta = p.seq.wrapping_sub(*last);
+        *last = p.seq;
+        let mut head = [0u8; HEAD + 16];
+        head[0..8].copy_from_slice(&delta.to_le_bytes());
+        head[8..12].copy_from_slice(&p.payload.to_le_bytes());
+        head[12] = p.flags;
+        head[13] = state as u8 | u8::from(p.from_orig) << 3;
+        head[16..20].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
+        head[20..24].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
+        head[24..28].copy_from_slice(&(len as u32).to_le_bytes());
+        head[28..32].copy_from_slice(&p.wirelen.to_le_bytes());
+        let mut entry = [0u8; ENTRY];
+        entry[0..4].copy_from_slice(&slot.to_le_bytes());
+        entry[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        let (at, entry_at) = (m.used, m.buf.len() - (m.items + 1) * ENTRY);
+        m.buf[entry_at..entry_at + ENTRY].copy_from_slice(&entry);
+        m.buf[at..at + HEAD + 16].copy_from_slice(&head);
+        m.buf[at + HEAD + 16..at + HEAD + 16 + len].copy_from_slice(p.data);
+        m.used += HEAD + 16 + len;
+        m.items += 1;
         if self.packets == 0 {
             self.first_seq = p.seq;
         }
@@ -387,59 +372,20 @@ impl SegmentWriter {
         self.id
     }
 
-    /// A hint that a packet of `slot` comes soon: starts loading where it is told where the packet goes.
+    /// A hint that a packet of `slot` comes soon: starts loading its flow's last position.
     #[inline]
     pub(crate) fn prefetch_slot(&self, slot: u32) {
-        prefetch_item(&self.mem.tails, slot as usize);
-    }
-
-    /// A hint, after [`prefetch_slot`](Self::prefetch_slot), that a packet of `slot` comes soon: starts loading
-    /// the cache lines its entry will be written to.
-    #[inline]
-    pub(crate) fn prefetch_tail(&self, slot: u32) {
-        if let Some(t) = self.mem.tails.get(slot as usize) {
-            prefetch(&self.mem.buf, t.at);
-            prefetch(&self.mem.buf, t.at + 64);
-            prefetch(&self.mem.buf, t.end.wrapping_sub(HEAD));
-        }
-    }
-
-    /// Gives `slot` a new chunk with room for `need` bytes at least.
-    #[cold]
-    #[inline(never)]
-    fn new_chunk(&mut self, slot: u32, need: usize) {
-        let m = &mut self.mem;
-        let tail = &mut m.tails[slot as usize];
-        let at = m.used;
-        let cap = (tail.cap as usize * 2).clamp(CHUNK_MIN, CHUNK_MAX).max(need);
-        let new = m.chunks.len() as u32;
-        if tail.chunk == NO_CHUNK {
-            m.slots[slot as usize].head = new;
-        } else {
-            m.chunks[tail.chunk as usize].end_at(tail);
-            m.chunks[tail.chunk as usize].next = new;
-        }
-        m.chunks.push(Chunk { at, top: at + cap, len: 0, packets: 0, next: NO_CHUNK });
-        m.used = at + cap;
-        if m.used > m.buf.len() {
-            // Doubling, so that the arena is written (and its pages faulted in) once, not a chunk at a time.
-            m.buf.resize(m.used.max(2 * m.buf.len()), 0);
-        }
-        *tail = Tail { at, end: at + cap, last_seq: tail.last_seq, chunk: new, cap: cap as u32 };
+        prefetch_item(&self.mem.last, slot as usize);
     }
 
     /// The slot of flow `id`, new if the flow has none yet (when the writer is not indexed, the flow is new;
     /// see [`index_slots`](Self::index_slots)).
     #[cold]
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
-        let (slots, tails) = (&mut self.mem.slots, &mut self.mem.tails);
+        let (slots, last) = (&mut self.mem.slots, &mut self.mem.last);
         let mut new = || {
-            slots.push(SlotFlow {
-                flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() },
-                kind: 1,
-                head: NO_CHUNK,
-            });
-            tails.push(Tail::EMPTY);
+            slots.push(SlotFlow { flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() }, kind: 1 });
+            last.push(0);
             (slots.len() - 1) as u32
         };
         if self.indexed { *self.mem.slot_of.entry(id).or_insert_with(new) } else { new() }
@@ -536,7 +482,7 @@ impl SegmentWriter {
 
     fn write(&mut self, data_tmp: &Path, index_tmp: &Path, number: u32) -> Result<Stage1, StoreError> {
         // Slots in flow-id order (slot 0, the packets of no flow, first), so that stage 2 finds an id by binary
-        // search; each flow's packets are in its chunks in their original order.
+        // search.
         // The close's temporaries, kept from the last close (and handed back below).
         let mut order = std::mem::take(&mut self.mem.order);
         let mut spans = std::mem::take(&mut self.mem.spans);
@@ -560,72 +506,77 @@ impl SegmentWriter {
             offset: 0,
             why: format!("the segment writer's own memory: {why}"),
         };
-        // Starts loading the first lines of chunk `c` (the hardware prefetcher follows a run once it is going,
-        // but not into the next chunk, which is elsewhere).
-        let prefetch_chunk = |chunks: &[Chunk], buf: &[u8], c: u32| {
-            if let Some(ch) = chunks.get(c as usize) {
-                for k in 0..4 {
-                    prefetch(buf, ch.at + 64 * k);
-                }
-                prefetch(buf, ch.top.wrapping_sub(HEAD));
-            }
-        };
-        for (k, &s) in order.iter().enumerate() {
-            if let Some(&next) = order.get(k + 1) {
-                prefetch_chunk(&self.mem.chunks, &self.mem.buf, self.mem.slots[next as usize].head);
-            }
-            let m = &mut self.mem;
-            let tail = m.tails[s as usize];
-            if tail.chunk != NO_CHUNK {
-                m.chunks[tail.chunk as usize].end_at(&tail);
-            }
-            let sf = &mut m.slots[s as usize];
-            let f = &mut sf.flow;
+        // The packets in the order the data file takes them, flow by flow (slots in `order`), each flow's in
+        // their original order: a counting sort of where each packet is in the arena, by slot, stable.
+        let mut cursor = std::mem::take(&mut self.mem.cursor);
+        let mut sorted = std::mem::take(&mut self.mem.sorted);
+        let m = &mut self.mem;
+        cursor.resize(m.slots.len(), 0);
+        for k in 0..m.items {
+            let c = cursor.get_mut(m.entry(k).0).ok_or_else(|| corrupt("a packet's slot is out of range"))?;
+            *c += 1;
+        }
+        let mut start = 0u32;
+        for &s in &order {
+            let c = &mut cursor[s as usize];
+            (start, *c) = (start + *c, start);
+        }
+        sorted.resize(m.items, 0);
+        let mut from = 0usize;
+        for k in 0..m.items {
+            let (slot, len) = m.entry(k);
+            let c = &mut cursor[slot];
+            sorted[*c as usize] = from as u64;
+            *c += 1;
+            from += HEAD + 16 + len;
+        }
+        if from != m.used {
+            return Err(corrupt("the packets' lengths and the arena's disagree"));
+        }
+        // Now each slot's cursor is where its packets end in `sorted`; each packet is loaded a few packets
+        // before its turn.
+        let ahead = 8;
+        let mut j = 0usize;
+        for &s in &order {
+            let end = cursor[s as usize] as usize;
             let (data0, pos0) = (at, positions.len());
-            let mut c = sf.head;
-            while c != NO_CHUNK {
-                let chunk = m.chunks[c as usize];
-                prefetch_chunk(&m.chunks, &m.buf, chunk.next);
-                // The records go to the data file as they are, in one piece.
-                let run = &m.buf[chunk.at..chunk.at + chunk.len as usize];
-                w.put(run).map_err(io)?;
-                at += run.len() as u64;
-                let heads = chunk
-                    .top
-                    .checked_sub(chunk.packets as usize * HEAD)
-                    .and_then(|low| m.buf.get(low..chunk.top))
-                    .ok_or_else(|| corrupt("a chunk's heads are cut"))?;
-                positions.reserve(chunk.packets as usize * 10);
-                let mut i = 0;
-                // Heads from the top down: the chunk's first packet first.
-                for h in heads.chunks_exact(HEAD).rev() {
-                    let word = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
-                    let (flags, code, payload) = (h[0], h[1], word(h, 4));
-                    put_varint(&mut positions, u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")));
-                    let r = run.get(i..i + 16).ok_or_else(|| corrupt("a record header is cut"))?;
-                    let ts = u64::from(word(r, 0)) * 1_000_000_000 + u64::from(word(r, 4));
-                    let (len, wirelen) = (word(r, 8) as usize, word(r, 12));
-                    i += 16 + len;
-                    t_min = t_min.min(ts);
-                    t_max = t_max.max(ts);
-                    f.first_ns = f.first_ns.min(ts);
-                    f.last_ns = f.last_ns.max(ts);
-                    if s != 0 {
-                        f.state = ConnState::from_code(code & 7).unwrap_or(ConnState::Oth);
-                    }
-                    let side = if code & 8 != 0 { &mut f.orig } else { &mut f.resp };
-                    side.packets += 1;
-                    side.bytes += u64::from(wirelen);
-                    side.payload += u64::from(payload);
-                    side.flags |= flags;
+            while j < end {
+                if let Some(&next) = sorted.get(j + ahead) {
+                    prefetch(&m.buf, next as usize);
+                    prefetch(&m.buf, next as usize + 64);
                 }
-                if i != run.len() {
-                    return Err(corrupt("a chunk's records and heads disagree"));
+                let from = sorted[j] as usize;
+                let word = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+                let h = m.buf.get(from..from + HEAD + 16).ok_or_else(|| corrupt("a record header is cut"))?;
+                let (delta, payload, flags, code) =
+                    (u64::from(word(h, 0)) | u64::from(word(h, 4)) << 32, word(h, 8), h[12], h[13]);
+                let r = &h[HEAD..];
+                let ts = u64::from(word(r, 0)) * 1_000_000_000 + u64::from(word(r, 4));
+                let (len, wirelen) = (word(r, 8) as usize, word(r, 12));
+                let record =
+                    m.buf.get(from + HEAD..from + HEAD + 16 + len).ok_or_else(|| corrupt("a record is cut"))?;
+                w.put(record).map_err(io)?;
+                at += record.len() as u64;
+                put_varint(&mut positions, delta);
+                t_min = t_min.min(ts);
+                t_max = t_max.max(ts);
+                let f = &mut m.slots[s as usize].flow;
+                f.first_ns = f.first_ns.min(ts);
+                f.last_ns = f.last_ns.max(ts);
+                if s != 0 {
+                    f.state = ConnState::from_code(code & 7).unwrap_or(ConnState::Oth);
                 }
-                c = chunk.next;
+                let side = if code & 8 != 0 { &mut f.orig } else { &mut f.resp };
+                side.packets += 1;
+                side.bytes += u64::from(wirelen);
+                side.payload += u64::from(payload);
+                side.flags |= flags;
+                j += 1;
             }
             spans.push(Span { data: at - data0, positions: (positions.len() - pos0) as u64 });
         }
+        self.mem.cursor = cursor;
+        self.mem.sorted = sorted;
         let stage = w.finish().map_err(io)?;
 
         let ins: Vec<SlotIn<'_>> = order
@@ -1346,7 +1297,7 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
 
-        /// Whatever the packets' sizes (empty, small, bigger than the largest chunk) and however their flows
+        /// Whatever the packets' sizes (empty, small, bigger than the arena's first size) and however their flows
         /// interleave, a closed segment holds each flow's packets in the order they came, flows in id order
         /// after the packets of no flow, with each flow's counts summed over exactly its packets.
         #[test]
@@ -1441,9 +1392,8 @@ mod tests {
         }
         assert_eq!(w.packets(), 100);
         assert_eq!(w.data_bytes(), 24 + 100 * 76);
-        // One flow's chunks, doubling: at most the packets' records, 7 bytes each beside them, and the unused end
-        // of the last chunk.
-        assert!(w.memory_bytes() >= 100 * (76 + 7) && w.memory_bytes() <= 2 * 100 * (76 + 7));
+        // The packets' records and an item beside each.
+        assert_eq!(w.memory_bytes(), 100 * (76 + (HEAD + ENTRY) as u64));
         assert_eq!(w.mem.buf.as_ptr(), data_at);
         // Touching again keeps memory that is already larger.
         let mut again = std::mem::take(&mut w.mem);

@@ -71,8 +71,8 @@ pub struct Incoming<'a> {
     pub data: &'a [u8],
 }
 
-/// How many packets ahead of its push [`Ingest::push_all`] reads a packet: four steps, four packets apart.
-const AHEAD: usize = 16;
+/// How many packets ahead of its push [`Ingest::push_all`] reads a packet: three steps, four packets apart.
+const AHEAD: usize = 12;
 
 /// A packet [`Ingest::push_all`] has read and not yet pushed, with what it has found of where its push goes.
 #[derive(Clone, Copy, Debug)]
@@ -83,9 +83,6 @@ struct Ahead<'a> {
     hash: Option<u64>,
     /// The flow table entry its index slot names.
     entry: Option<usize>,
-    /// The segment writer and slot its entry's cache names (writer 0: none).
-    writer: u64,
-    slot: u32,
 }
 
 impl Ahead<'_> {
@@ -106,8 +103,6 @@ impl Ahead<'_> {
         flow: PacketFlow { flow: None, payload: 0, flags: 0, plain: false },
         hash: None,
         entry: None,
-        writer: 0,
-        slot: 0,
     };
 }
 
@@ -151,13 +146,13 @@ impl Ingest<'_> {
     /// loaded. If a push fails, its error is returned and the packets after it are not pushed
     /// ([`packets`](Self::packets) counts those that were, the failed one included).
     ///
-    /// With many flows interleaved, a push reads three places that are rarely in cache: the flow table's index
-    /// slot, its entry, and the end of the flow's chunk in the open segment, each found from the one before.
-    /// So a packet is read 16 pushes before its own, and at each push one step is done for each of
-    /// four packets: the newest is parsed and hashed and its index slot starts loading; for the one read 4
-    /// pushes ago, that slot (loaded by now) is read and the entry it names starts loading; 4 pushes later,
-    /// the entry's slot cache is read and the writer's record of the flow's chunk starts loading; 4 later,
-    /// where the packet will be written. These steps only read, so a push finds what it would have anyway.
+    /// With many flows interleaved, a push reads places that are rarely in cache: the flow table's index slot,
+    /// its entry, and the flow's last position in the open segment, each found from the one before (the packet
+    /// itself is written where the last one ended). So a packet is read 12 pushes before its own, and at each
+    /// push one step is done for each of three packets: the newest is parsed and hashed and its index slot
+    /// starts loading; for the one read 4 pushes ago, that slot (loaded by now) is read and the entry it names
+    /// starts loading; 4 pushes later, the entry's slot cache is read and the flow's last position starts
+    /// loading. These steps only read, so a push finds what it would have anyway.
     pub fn push_all<'a>(&mut self, packets: impl IntoIterator<Item = Incoming<'a>>) -> Result<(), StoreError> {
         let mut ring = [Ahead::EMPTY; AHEAD];
         let mut packets = packets.into_iter();
@@ -169,11 +164,8 @@ impl Ingest<'_> {
                 let a = &ring[i];
                 self.push_read(&a.p, &a.flow, a.hash)?;
             }
-            if let Some(i) = ago(12) {
-                self.load_tail(&ring[i]);
-            }
             if let Some(i) = ago(8) {
-                self.load_slot(&mut ring[i]);
+                self.load_slot(&ring[i]);
             }
             if let Some(i) = ago(4) {
                 let a = &mut ring[i];
@@ -186,7 +178,7 @@ impl Ingest<'_> {
                         // word from several smaller stores, which waits for them to reach the cache.
                         let flow = read_flow(p.meta.linktype, p.data);
                         let hash = flow.flow.map(|(tuple, _)| self.tracker.prefetch(&tuple));
-                        ring[k % AHEAD] = Ahead { p, flow, hash, entry: None, writer: 0, slot: 0 };
+                        ring[k % AHEAD] = Ahead { p, flow, hash, entry: None };
                         read += 1;
                     }
                     None => more = false,
@@ -198,25 +190,13 @@ impl Ingest<'_> {
     }
 
     /// The third step of [`push_all`](Self::push_all)'s look-ahead: reads the entry's slot cache and starts
-    /// loading the writer's record of the flow's chunk.
+    /// loading the flow's last position in the writer.
     #[inline]
-    fn load_slot(&self, a: &mut Ahead<'_>) {
-        a.writer = 0;
+    fn load_slot(&self, a: &Ahead<'_>) {
         if let Some(c) = a.entry.and_then(|e| self.tracker.cache_at(e))
             && let Some(w) = self.writers.iter().find(|w| w.id() == c.writer)
         {
             w.prefetch_slot(c.slot);
-            (a.writer, a.slot) = (c.writer, c.slot);
-        }
-    }
-
-    /// The fourth step: starts loading where the packet will be written.
-    #[inline]
-    fn load_tail(&self, a: &Ahead<'_>) {
-        if a.writer != 0
-            && let Some(w) = self.writers.iter().find(|w| w.id() == a.writer)
-        {
-            w.prefetch_tail(a.slot);
         }
     }
 
@@ -326,7 +306,7 @@ impl Ingest<'_> {
     }
 
     /// Prepares the memory of the next segment: `bytes` for its packets (each takes its pcap record, 16 bytes
-    /// and its captured bytes, plus 16 bytes beside it), written once so that pushing into it never waits
+    /// and its captured bytes, plus 24 bytes beside it), written once so that pushing into it never waits
     /// for the kernel to provide a page. A capture calls this before packets arrive (n2disk preallocates so
     /// too); a closed segment's memory goes on to the next, so it stays ready.
     pub fn reserve(&mut self, bytes: usize) {
