@@ -526,15 +526,20 @@ impl SegmentWriter {
         for k in 0..m.items {
             let (slot, len) = m.entry(k);
             let c = &mut cursor[slot];
-            sorted[*c as usize] = from as u64;
+            // Where the packet is (40 bits: an arena of up to 1 TiB) and its size (24 bits, for the prefetch).
+            if from >> 40 != 0 {
+                return Err(corrupt("an arena of more than 1 TiB"));
+            }
+            let size = HEAD + 16 + len;
+            sorted[*c as usize] = from as u64 | (size.min(0xff_ffff) as u64) << 40;
             *c += 1;
-            from += HEAD + 16 + len;
+            from += size;
         }
         if from != m.used {
             return Err(corrupt("the packets' lengths and the arena's disagree"));
         }
-        // Now each slot's cursor is where its packets end in `sorted`; each packet is loaded a few packets
-        // before its turn.
+        // Now each slot's cursor is where its packets end in `sorted`; each packet's lines are loaded 8 packets
+        // before its turn (a line-set is 2-3 lines: its offset in the arena is any).
         let ahead = 8;
         let mut j = 0usize;
         for &s in &order {
@@ -542,10 +547,14 @@ impl SegmentWriter {
             let (data0, pos0) = (at, positions.len());
             while j < end {
                 if let Some(&next) = sorted.get(j + ahead) {
-                    prefetch(&m.buf, next as usize);
-                    prefetch(&m.buf, next as usize + 64);
+                    let (lo, size) = ((next & 0xff_ffff_ffff) as usize, (next >> 40) as usize);
+                    let mut line = lo & !63;
+                    while line < lo + size.min(256) {
+                        prefetch(&m.buf, line);
+                        line += 64;
+                    }
                 }
-                let from = sorted[j] as usize;
+                let from = (sorted[j] & 0xff_ffff_ffff) as usize;
                 let word = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
                 let h = m.buf.get(from..from + HEAD + 16).ok_or_else(|| corrupt("a record header is cut"))?;
                 let (delta, payload, flags, code) =
