@@ -110,7 +110,8 @@ pub(crate) struct Spare {
     ports: FxHashSet<u16>,
     /// What a close needs for a while, kept so that each close does not fault in fresh pages: the direct
     /// writes' staging buffer, the slots in flow-id order, per slot a count and then a cursor, the packets
-    /// (their item numbers) in the order the data file takes them, each flow's span and its positions' varints.
+    /// (where each is in the arena, and its size) in the order the data file takes them, each flow's span and
+    /// its positions' varints.
     stage: Vec<u8>,
     order: Vec<u32>,
     cursor: Vec<u32>,
@@ -511,6 +512,9 @@ impl SegmentWriter {
         let mut cursor = std::mem::take(&mut self.mem.cursor);
         let mut sorted = std::mem::take(&mut self.mem.sorted);
         let m = &mut self.mem;
+        if u32::try_from(m.items).is_err() {
+            return Err(corrupt("more than 2^32 packets"));
+        }
         cursor.resize(m.slots.len(), 0);
         for k in 0..m.items {
             let c = cursor.get_mut(m.entry(k).0).ok_or_else(|| corrupt("a packet's slot is out of range"))?;
