@@ -187,7 +187,7 @@ struct Table {
     slots: Vec<u64>,
     entries: Vec<Entry>,
     /// Set when the table is made and never changed, so a hash taken before a lookup (`Ingest::push_all` hashes
-    /// 16 packets ahead) is still the key's when the lookup comes, whatever grew or shrank in between.
+    /// 12 packets ahead) is still the key's when the lookup comes, whatever grew or shrank in between.
     seed: u64,
 }
 

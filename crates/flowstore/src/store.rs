@@ -13,8 +13,8 @@ use crate::segment::{PacketIn, Record, Segment, SegmentWriter, Spare, StoreMeta,
 #[derive(Clone, Debug)]
 pub struct ImportOptions {
     /// A segment closes once its data file would exceed this many bytes (default 256 MiB), or once its
-    /// packets take twice that in memory (each flow's packets are held in chunks of their own, whose unused
-    /// ends can add up to about as much as the packets when most flows have one or two small packets).
+    /// packets take twice that in memory (each packet is held with 24 bytes beside its pcap record, which
+    /// only packets of a few bytes make as much as the records).
     pub segment_bytes: u64,
     /// Or once it holds this many packets (default 4,194,304).
     pub segment_packets: u64,
