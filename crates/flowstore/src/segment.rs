@@ -282,8 +282,8 @@ impl SegmentWriter {
         24 + self.record_bytes
     }
 
-    /// Bytes of memory its packets take: their records and [`HEAD`] + [`ENTRY`] bytes beside each (a close
-    /// needs 8 more a packet, and its flows' index).
+    /// Bytes of memory its packets take: their records and 24 bytes beside each (a close needs 8 more a
+    /// packet, and its flows' index).
     pub fn memory_bytes(&self) -> u64 {
         (self.mem.used + self.mem.items * ENTRY) as u64
     }
