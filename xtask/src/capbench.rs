@@ -234,6 +234,11 @@ fn replay(pair: &Pair, trace: &Path, rate: Option<u32>) -> anyhow::Result<(u64, 
     Ok((sent, pps))
 }
 
+/// The summary line `pcaptool capture --json` prints last, from its output.
+fn summary(out: &str) -> Option<serde_json::Value> {
+    out.lines().rev().find(|l| l.contains("\"summary\"")).and_then(|l| serde_json::from_str(l).ok())
+}
+
 /// Packets in a pcap file written by tcpdump (its records).
 fn pcap_packets(path: &Path) -> u64 {
     pcaptool_packet::TraceReader::open(path)
@@ -288,12 +293,7 @@ pub(crate) fn capture_section() -> anyhow::Result<()> {
             let (sent, pps) = replay(&pair, &trace, None)?;
             std::thread::sleep(Duration::from_secs(2));
             let out = interrupt(&mut child)?;
-            let s: serde_json::Value = out
-                .lines()
-                .rev()
-                .find(|l| l.contains("\"summary\""))
-                .and_then(|l| serde_json::from_str(l).ok())
-                .context("pcaptool's summary")?;
+            let s = summary(&out).context("pcaptool's summary")?;
             let drops = s["kernel_drops"].as_u64().unwrap_or(0) + s["pcaptool_drops"].as_u64().unwrap_or(0);
             println!(
                 "| {} B | {label} [{}] | {sent} | {pps:.0} | {} | {drops} |",
@@ -365,13 +365,7 @@ pub(crate) fn capture_section() -> anyhow::Result<()> {
         c.arg(&bin).args(["capture", "-i", &pair.vb, "--json", "--backend", "af_packet", "--store"]).arg(&store);
         let (us, own, child) = measure(Some(start(c, Some("capturing on"))?))?;
         let out = interrupt(&mut child.context("child")?)?;
-        let written = out
-            .lines()
-            .rev()
-            .find(|l| l.contains("\"summary\""))
-            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .and_then(|s| s["written"].as_u64())
-            .unwrap_or(0);
+        let written = summary(&out).and_then(|s| s["written"].as_u64()).unwrap_or(0);
         println!(
             "| pcaptool capture (AF_PACKET, indexing on), round {round} | {us:.2} µs | {:.2} µs | {:.3} µs | {written} |",
             us - base,
