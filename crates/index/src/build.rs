@@ -6,14 +6,15 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{Compression, PacketFields, Record, Records, TraceError, TraceReader};
-use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RsBitVector, RsParams, WaveletMatrix};
+use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RrrBitVector, RrrParams, RsBitVector, RsParams, WaveletMatrix};
 use rustc_hash::FxHashMap;
 
 use crate::IndexError;
-use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, crc32, write_ef};
+use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, VERSION, crc32, write_ef};
 use crate::keys::{KEY_FIELDS, Key, key_and_flags, len_class, pair_keys, shape_rank, write_column};
 use crate::lanes::{assign, write_flows};
 use crate::select::{CHUNK_HEAD, PARTS, shape_of};
+use crate::shapes::group_by_lane;
 
 /// How to build.
 #[derive(Clone, Debug)]
@@ -398,7 +399,7 @@ fn encode_chunk(input: ChunkInput) -> Encoded {
     write_flows(&mut o, &lanes, &class, n);
     parts.push(o.into_inner());
     parts.push(encode_sequence(&symbols));
-    parts.push(encode_sequence(&input.shapes));
+    parts.push(encode_shapes(&group_by_lane(&input.shapes, &symbols)));
     debug_assert_eq!(parts.len(), PARTS);
     let mut head = Out::default();
     head.u32(n as u32);
@@ -472,6 +473,17 @@ pub(crate) fn encode_sequence(seq: &[u32]) -> Vec<u8> {
         HuffmanWaveletTree::<RsBitVector>::build(seq.iter().copied(), params).to_bytes()
     }
 }
+
+/// The shape sequence grouped by lane symbol (`shapes.rs`): a Huffman-shaped tree of RRR bit vectors, blocks of 63
+/// bits (each flow's few shapes make long runs there: 0.29 B a packet against 0.41 for the same shapes in time order
+/// in plain bit vectors) and a sample every 64 blocks.
+fn encode_shapes(grouped: &[u32]) -> Vec<u8> {
+    let params = RrrParams { block: 63, sample: SHAPE_SAMPLE };
+    HuffmanWaveletTree::<RrrBitVector>::build(grouped.iter().copied(), params).to_bytes()
+}
+
+/// Blocks of 63 bits per sample of the shape sequence's bit vectors.
+const SHAPE_SAMPLE: u32 = 64;
 
 /// Writes encoded chunks in order and remembers their directory entries.
 struct Sink {
@@ -587,6 +599,7 @@ pub fn build(
     };
     let (packets, chunks, keys) = (sink.packets, sink.chunks, sink.keys);
     let header = |dir_offset: u64, dir_len: u64| Header {
+        version: VERSION,
         trace_len,
         head_crc,
         tail_crc,

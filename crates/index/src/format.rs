@@ -6,9 +6,10 @@ use pcaptool_wavelet::Crc32;
 /// The first four bytes of an index.
 pub const MAGIC: [u8; 4] = *b"PTIX";
 /// The format version this crate writes.
-pub const VERSION: u16 = 5;
-/// The oldest format version this crate reads: version 4 differs only in storing the rank and select directories of
-/// its sequences and Elias-Fano high bits, which a reader rebuilds either way, and in having no raw key columns.
+pub const VERSION: u16 = 6;
+/// The oldest format version this crate reads: version 4 differs from 5 only in storing the rank and select
+/// directories of its sequences and Elias-Fano high bits, which a reader rebuilds either way, and in having no raw
+/// key columns; both keep the shape sequence in time order, where version 6 groups it by lane symbol.
 pub const OLDEST_READ: u16 = 4;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;
@@ -178,6 +179,8 @@ impl<'a> Cursor<'a> {
 /// What the index knows of its trace and of itself (the header).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
+    /// The format version (the encoder writes [`VERSION`] whatever this says).
+    pub version: u16,
     pub trace_len: u64,
     pub head_crc: u32,
     pub tail_crc: u32,
@@ -257,6 +260,7 @@ impl Header {
             let compression = c.u8()?;
             c.bytes(3)?;
             let h = Header {
+                version,
                 trace_len,
                 head_crc,
                 tail_crc,

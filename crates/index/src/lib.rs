@@ -10,10 +10,11 @@
 //!   packet's symbol `2·lane + direction` costs about as many bits as there are flows open at once; one wavelet tree
 //!   (`pcaptool-wavelet`) holds them, and per row the flow part keeps its lane and first packet, so a flow's
 //!   packets come out by `select` between its start and the next flow of its lane;
-//! - the **shape of every packet** (TCP flags and wire-length class) in a second wavelet tree; a conjunction is
+//! - the **shape of every packet** (TCP flags and wire-length class) in a second wavelet tree, grouped by lane symbol
+//!   (a flow's packets in a row, where RRR bit vectors code its runs of one shape compactly); a conjunction is
 //!   driven by its most selective part and the rest checked per candidate;
 //! - the **earliest and latest timestamp of every page** of 1024 packets, for time windows;
-//! - the **offset of every block** of 64 records: a packet is read by walking at most 63 records from there.
+//! - the **offset of every block** of 16 records: a packet is read by walking at most 15 records from there.
 //!
 //! A query checks and reads only the parts it needs: a needle query the columns of its fields, the flow part and
 //! the lane sequence. The file format is in docs/format/index.md, the measurements in docs/BENCHMARKS.md. Fields
@@ -47,6 +48,7 @@ pub mod fuzz_harness;
 mod keys;
 mod lanes;
 mod select;
+mod shapes;
 
 use std::path::{Path, PathBuf};
 

@@ -18,6 +18,7 @@ use crate::build::identity;
 use crate::format::{BLOCK, Cursor, Damage, EliasFano, HEADER_LEN, Header, HeaderError, KeySet, PAGE, Part, crc32};
 use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class};
 use crate::lanes::Flows;
+use crate::shapes::{ShapeView, Shapes};
 
 #[derive(Clone, Copy, Debug)]
 struct DirEntry {
@@ -203,7 +204,8 @@ impl IndexFile {
             .map(|e| {
                 let corrupt = |why: String| IndexError::Corrupt { path: self.path.clone(), offset: e.offset, why };
                 let b = &self.bytes.as_slice()[e.offset as usize..(e.offset + e.len) as usize];
-                ChunkView::parse(b, e).map_err(|why| corrupt(format!("chunk of packet {}: {why}", e.first_packet)))
+                ChunkView::parse(b, e, self.header.version)
+                    .map_err(|why| corrupt(format!("chunk of packet {}: {why}", e.first_packet)))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(IndexView { file: self, chunks })
@@ -250,6 +252,22 @@ impl<'a> Tree<'a> {
         }
     }
 
+    /// Every symbol, in order.
+    pub(crate) fn decode(&self) -> Vec<u32> {
+        match self {
+            Tree::Huffman(t) => t.decode(),
+            Tree::Matrix(t) => (0..t.len()).map(|i| t.access(i)).collect(),
+        }
+    }
+
+    /// Position of the `k`-th occurrence of `s` (from 0).
+    pub(crate) fn select(&self, s: u32, k: usize) -> Option<usize> {
+        match self {
+            Tree::Huffman(t) => t.select(s, k),
+            Tree::Matrix(t) => t.select(s, k),
+        }
+    }
+
     pub(crate) fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn Iterator<Item = usize> + '_> {
         match self {
             Tree::Huffman(t) => Box::new(t.positions(s, l, r)),
@@ -259,7 +277,7 @@ impl<'a> Tree<'a> {
 
     /// The occurrences of every symbol below `alphabet` (a Huffman-shaped tree's slot table; a matrix walked
     /// once as a trie).
-    fn symbol_counts(&self, alphabet: usize) -> Vec<u32> {
+    pub(crate) fn symbol_counts(&self, alphabet: usize) -> Vec<u32> {
         let mut counts = vec![0u32; alphabet];
         match self {
             Tree::Huffman(t) => {
@@ -279,70 +297,10 @@ impl<'a> Tree<'a> {
     }
 
     /// The largest symbol the structure can hold (a matrix's width bounds it).
-    fn max_symbol(&self) -> u64 {
+    pub(crate) fn max_symbol(&self) -> u64 {
         match self {
             Tree::Huffman(t) => t.symbols().map(|(s, _)| u64::from(s)).max().unwrap_or(0),
             Tree::Matrix(t) => (1u64 << t.width()) - 1,
-        }
-    }
-}
-
-/// One per-packet sequence of a chunk: its wavelet structure and the number of occurrences of every symbol (so
-/// that counting a set of symbols over the chunk is a sum).
-#[derive(Debug)]
-struct Seq<'a> {
-    tree: Tree<'a>,
-    counts: Vec<u32>,
-}
-
-impl<'a> Seq<'a> {
-    fn new(tree: Tree<'a>, alphabet: usize) -> Seq<'a> {
-        let counts = tree.symbol_counts(alphabet);
-        Seq { tree, counts }
-    }
-
-    fn access(&self, i: usize) -> u32 {
-        self.tree.access(i)
-    }
-
-    /// Occurrences of `s` in `[l, r)`.
-    fn count_between(&self, s: u32, l: usize, r: usize) -> usize {
-        if l == 0 && r == self.tree.len() {
-            self.counts.get(s as usize).map_or(0, |&c| c as usize)
-        } else {
-            self.tree.rank(s, r) - self.tree.rank(s, l)
-        }
-    }
-
-    /// Occurrences in `[l, r)` of the symbols `truth` accepts.
-    fn count_in(&self, truth: &[bool], l: usize, r: usize) -> usize {
-        if l == 0 && r == self.tree.len() {
-            return truth.iter().zip(&self.counts).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
-        }
-        members(truth)
-            .filter(|&s| self.counts.get(s as usize).is_some_and(|&c| c > 0))
-            .map(|s| self.count_between(s, l, r))
-            .sum()
-    }
-
-    /// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them,
-    /// by one pass of `access` for many.
-    fn positions(&self, truth: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
-        let ok = |s: u32| truth.get(s as usize).copied().unwrap_or(false);
-        let total = self.count_in(truth, l, r);
-        if total == 0 {
-            return;
-        }
-        let start = out.len();
-        if total.saturating_mul(8) > r - l {
-            out.extend((l..r).filter(|&i| ok(self.tree.access(i))).map(|i| i as u32));
-        } else {
-            for k in members(truth) {
-                if self.count_between(k, l, r) > 0 {
-                    out.extend(self.tree.positions(k, l, r).map(|i| i as u32));
-                }
-            }
-            out[start..].sort_unstable();
         }
     }
 }
@@ -412,8 +370,10 @@ pub struct ChunkView<'a> {
     flows: Lazy<'a, Flows<'a>>,
     /// `2·lane + direction` of every packet.
     lanes: Lazy<'a, Tree<'a>>,
-    /// Shape (TCP flags code, wire-length class) of every packet.
-    shapes: Lazy<'a, Seq<'a>>,
+    /// Shape (TCP flags code, wire-length class) of every packet (`shapes.rs`).
+    shapes: Lazy<'a, Shapes<'a>>,
+    /// Whether the shapes are grouped by lane symbol (version 6) rather than in time order.
+    shapes_by_lane: bool,
     t_min: u64,
     t_max: u64,
     /// Key truth tables of recent predicates (planning and selecting ask for the same ones).
@@ -433,7 +393,7 @@ fn le64(b: &[u8], at: usize) -> u64 {
 
 impl<'a> ChunkView<'a> {
     /// Reads a chunk's head (its checksum is the directory's) and locates its parts.
-    fn parse(b: &'a [u8], e: &DirEntry) -> Result<ChunkView<'a>, String> {
+    fn parse(b: &'a [u8], e: &DirEntry, version: u16) -> Result<ChunkView<'a>, String> {
         let head = b.get(..CHUNK_HEAD).ok_or("the chunk is shorter than its head")?;
         if crc32(head) != e.crc {
             return Err("chunk head checksum mismatch".into());
@@ -488,6 +448,7 @@ impl<'a> ChunkView<'a> {
             flows,
             lanes,
             shapes,
+            shapes_by_lane: version >= 6,
             t_min: e.t_min,
             t_max: e.t_max,
             cache: Mutex::new(Vec::new()),
@@ -548,18 +509,16 @@ impl<'a> ChunkView<'a> {
         })
     }
 
-    fn shapes(&self) -> Result<&Seq<'a>, Damage> {
+    fn shapes(&self) -> Result<ShapeView<'_, 'a>, Damage> {
         let n = self.n;
-        self.shapes.get("shape sequence", |b| {
-            let t = Tree::from_bytes(b).map_err(|e| e.to_string())?;
-            if t.len() != n {
-                return Err(format!("{} symbols for {n} packets", t.len()));
-            }
-            if matches!(t, Tree::Huffman(_)) && n > 0 && t.max_symbol() >= SHAPES as u64 {
-                return Err(format!("symbol {} is out of range (below {SHAPES})", t.max_symbol()));
-            }
-            Ok(Seq::new(t, SHAPES))
-        })
+        if !self.shapes_by_lane {
+            let shapes = self.shapes.get("shape sequence", |b| Shapes::in_time_order(b, n, SHAPES))?;
+            return Ok(shapes.with(None));
+        }
+        let lanes = self.lanes()?;
+        let lane_symbols = 2 * self.flows()?.lanes() as usize;
+        let shapes = self.shapes.get("shape sequence", |b| Shapes::by_lane(b, lanes, lane_symbols, SHAPES))?;
+        Ok(shapes.with(Some(lanes)))
     }
 
     /// Checks every part of the chunk (for callers that want a whole index checked at once).
@@ -597,7 +556,8 @@ impl<'a> ChunkView<'a> {
             return Ok(false);
         }
         if let Some(shapes) = self.shapes.loaded() {
-            return Ok(shapes.access(i) == shape_of(flags_code(fields), len_class(wirelen)));
+            let lanes = if shapes.needs_lanes() { Some(self.lanes()?) } else { None };
+            return Ok(shapes.with(lanes).at(i) == Some(shape_of(flags_code(fields), len_class(wirelen))));
         }
         Ok(true)
     }
@@ -899,7 +859,8 @@ impl<'a> ChunkView<'a> {
                 };
                 k.is_none_or(|k| k >= t.len() || t.contains(k))
             }
-            Prep::Shapes(t) => t.get(self.shapes()?.access(i) as usize).copied().unwrap_or(false),
+            // A packet the shapes do not place (only a damaged index has one) may match: it is read and checked.
+            Prep::Shapes(t) => self.shapes()?.at(i).is_none_or(|s| t.get(s as usize).copied().unwrap_or(false)),
             Prep::And(v) => {
                 for p in v {
                     if !self.may(p, i, truth, key)? {
@@ -964,6 +925,9 @@ impl<'a> ChunkView<'a> {
             match self.drive(&prep, l, r, &truth)? {
                 Some(v) if leaf => out.extend(v),
                 Some(v) => {
+                    if prep.reads_shapes() {
+                        self.shapes()?.expect(v.len());
+                    }
                     for i in v {
                         if self.may(&prep, i as usize, &truth, &mut None)? {
                             out.push(i);
@@ -971,6 +935,9 @@ impl<'a> ChunkView<'a> {
                     }
                 }
                 None => {
+                    if prep.reads_shapes() {
+                        self.shapes()?.expect(r - l);
+                    }
                     for i in l..r {
                         if self.may(&prep, i, &truth, &mut None)? {
                             out.push(i as u32);
@@ -1041,10 +1008,13 @@ impl<'a> ChunkView<'a> {
         let (mut sure, mut maybe) = (0u64, Vec::new());
         let candidates = self.select(need, time_preds)?;
         let shapes = if reads_flags || !lens_preds.is_empty() { Some(self.shapes()?) } else { None };
+        if let Some(s) = shapes {
+            s.expect(candidates.len());
+        }
         for i in candidates {
             let i_us = i as usize;
             let key_known = self.key_of_packet(i_us)?.is_some_and(|k| known.contains(k));
-            let shape = shapes.map(|s| s.access(i_us));
+            let shape = shapes.and_then(|s| s.at(i_us));
             let ok = key_known
                 && (!reads_flags || shape.is_some_and(|s| s / 8 != 1))
                 && lens_preds.iter().all(|p| shape.is_some_and(|s| class_decided(s % 8, p)))
@@ -1098,6 +1068,17 @@ enum Prep {
     Or(Vec<Prep>),
 }
 
+impl Prep {
+    /// Whether deciding a packet may read its shape.
+    fn reads_shapes(&self) -> bool {
+        match self {
+            Prep::Shapes(_) => true,
+            Prep::And(v) | Prep::Or(v) => v.iter().any(Prep::reads_shapes),
+            Prep::All | Prep::Keys(_) | Prep::Time(_) => false,
+        }
+    }
+}
+
 /// A conjunction (`and`) or disjunction of prepared conditions, with its key conditions merged into one truth
 /// table and its shape conditions into another (a packet's key satisfies them all, or one of them, exactly when
 /// it satisfies the merged one), so that each sequence is walked once instead of once per field (`host X` is four
@@ -1133,7 +1114,7 @@ fn fold(parts: Vec<Prep>, and: bool) -> Prep {
 }
 
 /// The symbols `truth` accepts (indexes of its true entries).
-fn members(truth: &[bool]) -> impl Iterator<Item = u32> + '_ {
+pub(crate) fn members(truth: &[bool]) -> impl Iterator<Item = u32> + '_ {
     truth.iter().enumerate().filter(|(_, t)| **t).map(|(s, _)| s as u32)
 }
 

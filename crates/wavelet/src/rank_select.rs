@@ -41,6 +41,12 @@ pub trait BitVector {
         let _ = (j, at);
         if ones { self.select1(k) } else { self.select0(k) }
     }
+    /// Bits `[l, r)` (`l <= r <= len`, panics otherwise) packed into words, bit `l` first: for reading a stretch in
+    /// one pass instead of one `access` per bit.
+    fn bits(&self, l: usize, r: usize) -> crate::BitBuf {
+        assert!(l <= r && r <= self.len(), "bits({l}, {r}) on {} bits", self.len());
+        crate::BitBuf::from_bits((l..r).map(|i| self.access(i)))
+    }
     /// Bytes used, directories included.
     fn size_in_bytes(&self) -> usize;
 }

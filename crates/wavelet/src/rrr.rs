@@ -163,9 +163,9 @@ impl<W: Words> RrrBitVector<W> {
         self.len.div_ceil(self.block as usize)
     }
 
-    /// Ones before block `blk` and the bits of block `blk` (decoded).
+    /// Ones before block `blk` and the bit position of its offset.
     #[inline]
-    fn block_at(&self, blk: usize) -> (usize, u64) {
+    fn locate(&self, blk: usize) -> (usize, usize) {
         let s = blk / self.sample as usize;
         let mut ones = self.samples.word(2 * s) as usize;
         let mut pos = self.samples.word(2 * s + 1) as usize;
@@ -174,6 +174,13 @@ impl<W: Words> RrrBitVector<W> {
             ones += c as usize;
             pos += offset_width(self.block, c) as usize;
         }
+        (ones, pos)
+    }
+
+    /// Ones before block `blk` and the bits of block `blk` (decoded).
+    #[inline]
+    fn block_at(&self, blk: usize) -> (usize, u64) {
+        let (ones, pos) = self.locate(blk);
         if blk == self.nblocks() {
             return (ones, 0);
         }
@@ -260,6 +267,30 @@ impl<W: Words> BitVector for RrrBitVector<W> {
 
     fn select0(&self, k: usize) -> Option<usize> {
         self.select(k, false)
+    }
+
+    fn bits(&self, l: usize, r: usize) -> BitBuf {
+        assert!(l <= r && r <= self.len, "bits({l}, {r}) on {} bits", self.len);
+        let mut out = BitBuf::with_capacity(r - l);
+        if l == r {
+            return out;
+        }
+        // One lookup for the first block, then the blocks in order, each decoded once.
+        let b = self.block as usize;
+        let mut blk = l / b;
+        let mut pos = self.locate(blk).1;
+        let mut i = l;
+        while i < r {
+            let c = self.class(blk);
+            let w = offset_width(self.block, c);
+            let x = decode_block(self.block, c, read_bits(&self.offsets, pos, w));
+            pos += w as usize;
+            let (from, to) = (i - blk * b, (r - blk * b).min(b));
+            out.push_bits(x >> from, (to - from) as u32);
+            i = blk * b + to;
+            blk += 1;
+        }
+        out
     }
 
     fn size_in_bytes(&self) -> usize {

@@ -12,7 +12,7 @@
 
 use std::io::{self, Write};
 
-use crate::bits::select_in_word;
+use crate::bits::{BitBuf, select_in_word};
 use crate::error::Error;
 use crate::format::{BitVectorCodec, DecodeBitVector, Reader, Writer, array_words, kind};
 use crate::rank_select::{BitVector, BuildBitVector};
@@ -194,7 +194,7 @@ impl BuildBitVector for RsBitVector {
 impl RsBitVector {
     /// Builds from bits with the default parameters.
     pub fn from_bits(bits: impl IntoIterator<Item = bool>) -> RsBitVector {
-        let (words, len) = crate::BitBuf::from_bits(bits).into_parts();
+        let (words, len) = BitBuf::from_bits(bits).into_parts();
         RsBitVector::build(words, len, RsParams::default())
     }
 }
@@ -376,6 +376,23 @@ impl<W: Words> BitVector for RsBitVector<W> {
         self.select(k, ones)
     }
 
+    fn bits(&self, l: usize, r: usize) -> BitBuf {
+        assert!(l <= r && r <= self.len, "bits({l}, {r}) on {} bits", self.len);
+        let mut out = BitBuf::with_capacity(r - l);
+        let mut i = l;
+        while i < r {
+            let k = (r - i).min(64);
+            let (w, sh) = (i / 64, i % 64);
+            let mut x = self.word(w) >> sh;
+            if sh != 0 && sh + k > 64 {
+                x |= self.word(w + 1) << (64 - sh);
+            }
+            out.push_bits(x, k as u32);
+            i += k;
+        }
+        out
+    }
+
     fn size_in_bytes(&self) -> usize {
         self.bits.size_in_bytes()
             + self.samples.size_in_bytes()
@@ -485,6 +502,13 @@ pub(crate) mod tests {
 
     pub(crate) fn check<B: BitVector>(b: &B, bits: &[bool]) {
         assert_eq!(b.len(), bits.len());
+        let n = bits.len();
+        for (l, r) in [(0, n), (n / 3, n - n / 4), (n / 2, n / 2), (n.saturating_sub(1), n), (n / 7, n / 7 + 130)] {
+            let r = r.min(n);
+            let got = b.bits(l, r);
+            assert_eq!(got.len(), r - l, "bits({l}, {r})");
+            assert!((l..r).all(|i| got.get(i - l) == bits[i]), "bits({l}, {r})");
+        }
         let ones: Vec<usize> = (0..bits.len()).filter(|&i| bits[i]).collect();
         let zeros: Vec<usize> = (0..bits.len()).filter(|&i| !bits[i]).collect();
         assert_eq!(b.count_ones(), ones.len());
@@ -542,7 +566,7 @@ pub(crate) mod tests {
         #[test]
         fn matches_naive_model(bits in bits_strategy(), rate_log in 0u32..=6, store_directories: bool) {
             let rate = 1usize << rate_log;
-            let (words, len) = crate::BitBuf::from_bits(bits.iter().copied()).into_parts();
+            let (words, len) = BitBuf::from_bits(bits.iter().copied()).into_parts();
             let b = RsBitVector::build(words, len, RsParams { rate, store_directories });
             check(&b, &bits);
             let bytes = b.to_bytes();
@@ -569,7 +593,7 @@ pub(crate) mod tests {
     #[test]
     fn corrupt_bytes_are_errors() {
         for store_directories in [true, false] {
-            let (words, len) = crate::BitBuf::from_bits((0..10_000).map(|i| i % 3 == 0)).into_parts();
+            let (words, len) = BitBuf::from_bits((0..10_000).map(|i| i % 3 == 0)).into_parts();
             let b = RsBitVector::build(words, len, RsParams { rate: 8, store_directories });
             let bytes = b.to_bytes();
             for i in 0..bytes.len() {
@@ -586,7 +610,7 @@ pub(crate) mod tests {
     #[test]
     fn wrong_stored_directories_are_refused_and_bare_counts_are_checked() {
         use crate::fuzz_harness::{body_of, seal};
-        let (words, len) = crate::BitBuf::from_bits((0..10_000).map(|i| i % 3 == 0)).into_parts();
+        let (words, len) = BitBuf::from_bits((0..10_000).map(|i| i % 3 == 0)).into_parts();
         let full = RsBitVector::build(words.clone(), len, RsParams::with_rate(8)).to_bytes();
         // Body: len, rate, ones, bits array (length word then words), then the rank samples array.
         let mut body = body_of(&full).to_vec();

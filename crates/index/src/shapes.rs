@@ -1,0 +1,354 @@
+//! The shape sequence of a chunk: every packet's TCP flags code and wire-length class (`8·flags code + class`),
+//! which answers conditions on flags and lengths.
+//!
+//! Version 6 stores the shapes grouped by lane symbol: first the shapes of every packet whose lane symbol is 0, in
+//! time order, then those of symbol 1, and so on, under a Huffman-shaped wavelet tree of RRR bit vectors. A lane
+//! holds one flow after another, so each group is a few flows' packets in a row, and a flow's packets have few
+//! shapes (a bulk transfer's full-size data one way and its acknowledgements the other): RRR's blocks of 63 bits
+//! then hold long runs, and the sequence costs about 0.29 bytes a packet against 0.41 in time order over plain
+//! bit vectors (docs/BENCHMARKS.md). Packet `i` with lane symbol `s` has its shape at `starts[s] + rank(s, i)`, and
+//! the shape at grouped position `j` of group `s` belongs to packet `select(s, j − starts[s])` of the lane
+//! sequence. Versions 4 and 5 stored the shapes in time order (one of [`Tree`]'s structures); both are read.
+
+use std::sync::OnceLock;
+
+use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RrrBitVector};
+
+use crate::select::{Tree, members};
+
+type RrrHuffman<'a> = HuffmanWaveletTree<RrrBitVector<LeBytes<'a>>, LeBytes<'a>>;
+
+/// How the shapes are laid out.
+#[derive(Debug)]
+enum Order<'a> {
+    /// Versions 4 and 5: packet `i`'s shape at position `i`.
+    Time(Tree<'a>),
+    /// Version 6: grouped by lane symbol; `starts[s]..starts[s + 1]` holds the shapes of the packets of lane symbol
+    /// `s`, in time order (`starts` has one entry per lane symbol and one more).
+    Lanes { tree: RrrHuffman<'a>, starts: Vec<u32>, timed: OnceLock<Vec<u16>> },
+}
+
+/// A chunk's shape sequence, loaded and checked.
+#[derive(Debug)]
+pub(crate) struct Shapes<'a> {
+    order: Order<'a>,
+    /// Occurrences of every shape symbol in the chunk (so that counting a set of symbols over the chunk is a sum).
+    counts: Vec<u32>,
+}
+
+impl<'a> Shapes<'a> {
+    /// Loads a version 4 or 5 shape sequence of `n` packets (time order) with `alphabet` possible symbols.
+    pub(crate) fn in_time_order(b: &'a [u8], n: usize, alphabet: usize) -> Result<Shapes<'a>, String> {
+        let t = Tree::from_bytes(b).map_err(|e| e.to_string())?;
+        if t.len() != n {
+            return Err(format!("{} symbols for {n} packets", t.len()));
+        }
+        if matches!(t, Tree::Huffman(_)) && n > 0 && t.max_symbol() >= alphabet as u64 {
+            return Err(format!("symbol {} is out of range (below {alphabet})", t.max_symbol()));
+        }
+        let counts = t.symbol_counts(alphabet);
+        Ok(Shapes { order: Order::Time(t), counts })
+    }
+
+    /// Loads a version 6 shape sequence grouped by the symbols of `lanes` (`lane_symbols` of them possible).
+    pub(crate) fn by_lane(
+        b: &'a [u8],
+        lanes: &Tree<'a>,
+        lane_symbols: usize,
+        alphabet: usize,
+    ) -> Result<Shapes<'a>, String> {
+        let n = lanes.len();
+        let tree = RrrHuffman::from_bytes(b).map_err(|e| e.to_string())?;
+        if tree.len() != n {
+            return Err(format!("{} symbols for {n} packets", tree.len()));
+        }
+        let mut counts = vec![0u32; alphabet];
+        for (s, c) in tree.symbols() {
+            match counts.get_mut(s as usize) {
+                Some(x) => *x = c as u32,
+                None => return Err(format!("symbol {s} is out of range (below {alphabet})")),
+            }
+        }
+        let mut starts = Vec::with_capacity(lane_symbols + 1);
+        let mut at = 0u32;
+        starts.push(0);
+        for c in lanes.symbol_counts(lane_symbols) {
+            at += c;
+            starts.push(at);
+        }
+        // Every packet needs a group: a lane sequence holding symbols past the lanes (a damaged wavelet matrix can)
+        // leaves shapes that belong to no packet.
+        if at as usize != n {
+            return Err(format!("the lane sequence gives {at} of the {n} packets a lane"));
+        }
+        Ok(Shapes { order: Order::Lanes { tree, starts, timed: OnceLock::new() }, counts })
+    }
+
+    /// The view that answers questions (`lanes`: the chunk's lane sequence, needed for version 6).
+    pub(crate) fn with<'v>(&'v self, lanes: Option<&'v Tree<'a>>) -> ShapeView<'v, 'a> {
+        ShapeView { shapes: self, lanes }
+    }
+
+    /// Whether the sequence is grouped by lane symbol (and so needs the lane sequence).
+    pub(crate) fn needs_lanes(&self) -> bool {
+        matches!(self.order, Order::Lanes { .. })
+    }
+}
+
+/// A shape sequence with what it needs to answer by packet position.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShapeView<'v, 'a> {
+    shapes: &'v Shapes<'a>,
+    lanes: Option<&'v Tree<'a>>,
+}
+
+impl ShapeView<'_, '_> {
+    /// The shape of packet `i` (`None` only where the lane sequence gives it no group, which a loaded sequence
+    /// rules out).
+    pub(crate) fn at(&self, i: usize) -> Option<u32> {
+        match (&self.shapes.order, self.lanes) {
+            (Order::Time(t), _) => Some(t.access(i)),
+            (Order::Lanes { timed, .. }, _) if timed.get().is_some() => timed.get().map(|t| u32::from(t[i])),
+            (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
+                let s = lanes.access(i) as usize;
+                let (a, b) = (*starts.get(s)? as usize, *starts.get(s + 1)? as usize);
+                let j = a + lanes.rank(s as u32, i);
+                (j < b).then(|| tree.access(j))
+            }
+            (Order::Lanes { .. }, None) => None,
+        }
+    }
+
+    /// Says that the shapes of about `reads` packets are about to be read one by one (`at`): when they are many,
+    /// the shapes are decoded in time order first (a few nanoseconds a packet, against about a microsecond for
+    /// each lookup through the lanes and the RRR tree).
+    pub(crate) fn expect(&self, reads: usize) {
+        if let (Order::Lanes { tree, starts, timed }, Some(lanes)) = (&self.shapes.order, self.lanes)
+            && reads.saturating_mul(32) > lanes.len()
+        {
+            timed.get_or_init(|| in_time_order(tree, starts, lanes));
+        }
+    }
+
+    /// The symbols `truth` accepts that occur in the chunk.
+    fn present<'t>(&'t self, truth: &'t [bool]) -> impl Iterator<Item = u32> + 't {
+        members(truth).filter(|&c| self.shapes.counts.get(c as usize).is_some_and(|&n| n > 0))
+    }
+
+    /// The groups of the lane symbols with packets in `[l, r)`: `(symbol, first, end)` in grouped positions.
+    fn groups<'t>(
+        &'t self,
+        starts: &'t [u32],
+        lanes: &'t Tree<'_>,
+        l: usize,
+        r: usize,
+    ) -> impl Iterator<Item = (u32, usize, usize)> + 't {
+        let whole = l == 0 && r == lanes.len();
+        starts.windows(2).enumerate().filter(|(_, w)| w[0] < w[1]).filter_map(move |(s, w)| {
+            let (a, b) = if whole {
+                (w[0] as usize, w[1] as usize)
+            } else {
+                let base = w[0] as usize;
+                (base + lanes.rank(s as u32, l), base + lanes.rank(s as u32, r))
+            };
+            (a < b).then_some((s as u32, a, b))
+        })
+    }
+
+    /// Occurrences in `[l, r)` of the symbols `truth` accepts.
+    pub(crate) fn count_in(&self, truth: &[bool], l: usize, r: usize) -> usize {
+        let counts = &self.shapes.counts;
+        let n = match &self.shapes.order {
+            Order::Time(t) => t.len(),
+            Order::Lanes { tree, .. } => tree.len(),
+        };
+        if l == 0 && r == n {
+            return truth.iter().zip(counts).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
+        }
+        match (&self.shapes.order, self.lanes) {
+            (Order::Time(t), _) => self.present(truth).map(|c| t.rank(c, r) - t.rank(c, l)).sum(),
+            (Order::Lanes { timed, .. }, _) if timed.get().is_some() => {
+                timed.get().map_or(0, |t| t[l..r].iter().filter(|&&c| truth.get(c as usize) == Some(&true)).count())
+            }
+            (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
+                let wanted: Vec<u32> = self.present(truth).collect();
+                self.groups(starts, lanes, l, r)
+                    .map(|(_, a, b)| wanted.iter().map(|&c| tree.rank(c, b) - tree.rank(c, a)).sum::<usize>())
+                    .sum()
+            }
+            // Without the lanes nothing is known: every packet may match.
+            (Order::Lanes { .. }, None) => r - l,
+        }
+    }
+
+    /// Appends the positions in `[l, r)` whose symbol `truth` accepts, ascending: by `select` for few of them,
+    /// by one pass for many.
+    pub(crate) fn positions(&self, truth: &[bool], l: usize, r: usize, out: &mut Vec<u32>) {
+        let ok = |s: u32| truth.get(s as usize).copied().unwrap_or(false);
+        let total = self.count_in(truth, l, r);
+        if total == 0 {
+            return;
+        }
+        let start = out.len();
+        let dense = total.saturating_mul(8) > r - l;
+        match (&self.shapes.order, self.lanes) {
+            (Order::Time(t), _) if dense => out.extend((l..r).filter(|&i| ok(t.access(i))).map(|i| i as u32)),
+            (Order::Time(t), _) => {
+                for c in self.present(truth) {
+                    out.extend(t.positions(c, l, r).map(|i| i as u32));
+                }
+                out[start..].sort_unstable();
+            }
+            // Many: the shapes in time order, decoded once (a few nanoseconds a packet), scanned.
+            (Order::Lanes { tree, starts, timed }, Some(lanes))
+                if timed.get().is_some() || total.saturating_mul(32) > r - l =>
+            {
+                let t = timed.get_or_init(|| in_time_order(tree, starts, lanes));
+                out.extend((l..r).filter(|&i| ok(u32::from(t[i]))).map(|i| i as u32));
+            }
+            // Few: each occurrence found by `select` and mapped back to its packet.
+            (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
+                let back = |s: u32, j: usize| lanes.select(s, j - starts[s as usize] as usize);
+                if l == 0 && r == lanes.len() {
+                    // The whole chunk: each accepted symbol's occurrences, mapped back to packets.
+                    for c in self.present(truth) {
+                        for j in tree.positions(c, 0, tree.len()) {
+                            let s = starts.partition_point(|&a| a as usize <= j) - 1;
+                            out.extend(back(s as u32, j).map(|p| p as u32));
+                        }
+                    }
+                } else {
+                    let wanted: Vec<u32> = self.present(truth).collect();
+                    for (s, a, b) in self.groups(starts, lanes, l, r) {
+                        for &c in &wanted {
+                            for j in tree.positions(c, a, b) {
+                                out.extend(back(s, j).map(|p| p as u32));
+                            }
+                        }
+                    }
+                }
+                out[start..].sort_unstable();
+            }
+            (Order::Lanes { .. }, None) => out.extend((l as u32)..(r as u32)),
+        }
+    }
+}
+
+/// The shapes of every packet in time order, from the grouped sequence and the lanes: both decoded level by level,
+/// then each packet takes the next shape of its lane symbol's group.
+fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Vec<u16> {
+    let grouped = tree.decode();
+    let mut next: Vec<usize> = starts.iter().map(|&a| a as usize).collect();
+    lanes
+        .decode()
+        .into_iter()
+        .map(|s| match next.get_mut(s as usize) {
+            Some(j) => {
+                let c = grouped.get(*j).copied().unwrap_or(0);
+                *j += 1;
+                c as u16
+            }
+            None => 0,
+        })
+        .collect()
+}
+
+/// The shapes of a chunk grouped by lane symbol, each group in time order (what version 6 stores): a stable
+/// counting sort by `lane_symbols`.
+pub(crate) fn group_by_lane(shapes: &[u32], lane_symbols: &[u32]) -> Vec<u32> {
+    let alphabet = lane_symbols.iter().copied().max().map_or(0, |m| m as usize + 1);
+    let mut next = vec![0usize; alphabet + 1];
+    for &s in lane_symbols {
+        next[s as usize + 1] += 1;
+    }
+    for k in 1..next.len() {
+        next[k] += next[k - 1];
+    }
+    let mut out = vec![0u32; shapes.len()];
+    for (&shape, &s) in shapes.iter().zip(lane_symbols) {
+        out[next[s as usize]] = shape;
+        next[s as usize] += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use pcaptool_wavelet::{Encode, RrrParams, RsBitVector, RsParams};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Every question, asked through the lanes and the RRR tree and then again from the decoded time order, against
+    /// the shapes in time order.
+    fn check(lanes: &[u32], shapes: &[u32], lane_symbols: usize) {
+        let n = lanes.len();
+        let lane_bytes = HuffmanWaveletTree::<RsBitVector>::build(
+            lanes.iter().copied(),
+            RsParams { rate: 16, store_directories: false },
+        )
+        .to_bytes();
+        let shape_bytes =
+            HuffmanWaveletTree::<RrrBitVector>::build(group_by_lane(shapes, lanes), RrrParams { block: 63, sample: 4 })
+                .to_bytes();
+        let tree = Tree::from_bytes(&lane_bytes).unwrap();
+        let loaded = Shapes::by_lane(&shape_bytes, &tree, lane_symbols, 64).unwrap();
+        let view = loaded.with(Some(&tree));
+        let truths: Vec<Vec<bool>> = vec![
+            (0..64).map(|c| c % 3 == 0).collect(),
+            (0..64).map(|c| c == shapes.first().copied().unwrap_or(0) as usize).collect(),
+            (0..64).map(|c| c == 63).collect(),
+            vec![true; 64],
+            vec![false; 64],
+        ];
+        for decoded in [false, true] {
+            if decoded {
+                view.expect(n);
+            }
+            for (i, &s) in shapes.iter().enumerate() {
+                assert_eq!(view.at(i), Some(s), "at({i}), decoded {decoded}");
+            }
+            for t in &truths {
+                for (l, r) in [(0, n), (n / 3, n - n / 5), (n / 2, n / 2), (1.min(n), n)] {
+                    let want: Vec<u32> = (l..r).filter(|&i| t[shapes[i] as usize]).map(|i| i as u32).collect();
+                    assert_eq!(view.count_in(t, l, r), want.len(), "count_in({l}, {r}), decoded {decoded}");
+                    let mut got = vec![];
+                    view.positions(t, l, r, &mut got);
+                    assert_eq!(got, want, "positions({l}, {r}), decoded {decoded}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn grouped_shapes_answer_as_the_time_order_does(
+            packets in proptest::collection::vec((0u32..9, 0u32..64), 1..2500),
+            runs in 1usize..50,
+        ) {
+            // Lane symbols below 9 (of 10 possible: one never used), shapes in runs as a flow's are.
+            let lanes: Vec<u32> = packets.iter().map(|p| p.0).collect();
+            let shapes: Vec<u32> = packets.iter().enumerate().map(|(i, p)| packets[i / runs * runs].1.min(p.1 | 1)).collect();
+            check(&lanes, &shapes, 10);
+        }
+    }
+
+    #[test]
+    fn one_lane_and_one_shape() {
+        check(&[0; 300], &[5; 300], 2);
+        check(&[1, 0, 1], &[7, 8, 7], 2);
+    }
+
+    #[test]
+    fn a_lane_sequence_past_the_lanes_is_refused() {
+        let lanes = [0u32, 3, 1];
+        let lane_bytes = HuffmanWaveletTree::<RsBitVector>::from_symbols(lanes.iter().copied()).to_bytes();
+        let shape_bytes = HuffmanWaveletTree::<RrrBitVector>::from_symbols([1u32, 2, 3]).to_bytes();
+        let tree = Tree::from_bytes(&lane_bytes).unwrap();
+        let e = Shapes::by_lane(&shape_bytes, &tree, 2, 64).unwrap_err();
+        assert!(e.contains("gives 2 of the 3 packets a lane"), "{e}");
+        let e = Shapes::by_lane(&shape_bytes, &tree, 4, 3).unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
+    }
+}
