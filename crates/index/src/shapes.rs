@@ -24,7 +24,8 @@ enum Order<'a> {
     /// Versions 4 and 5: packet `i`'s shape at position `i`.
     Time(Tree<'a>),
     /// Version 6: grouped by lane symbol; `starts[s]..starts[s + 1]` holds the shapes of the packets of lane symbol
-    /// `s`, in time order (`starts` has one entry per lane symbol and one more).
+    /// `s`, in time order (`starts` has one entry per lane symbol and one more); `timed`, once a query has read
+    /// many of them, every packet's shape in time order.
     Lanes { tree: RrrHuffman<'a>, starts: Vec<u32>, timed: OnceLock<Vec<u16>> },
 }
 
@@ -89,6 +90,14 @@ impl<'a> Shapes<'a> {
         ShapeView { shapes: self, lanes }
     }
 
+    /// Every packet's shape in time order, when a version 6 sequence has been decoded so.
+    fn decoded(&self) -> Option<&[u16]> {
+        match &self.order {
+            Order::Lanes { timed, .. } => timed.get().map(Vec::as_slice),
+            Order::Time(_) => None,
+        }
+    }
+
     /// Whether the sequence is grouped by lane symbol (and so needs the lane sequence).
     pub(crate) fn needs_lanes(&self) -> bool {
         matches!(self.order, Order::Lanes { .. })
@@ -106,9 +115,11 @@ impl ShapeView<'_, '_> {
     /// The shape of packet `i` (`None` only where the lane sequence gives it no group, which a loaded sequence
     /// rules out).
     pub(crate) fn at(&self, i: usize) -> Option<u32> {
+        if let Some(t) = self.shapes.decoded() {
+            return t.get(i).map(|&c| u32::from(c));
+        }
         match (&self.shapes.order, self.lanes) {
             (Order::Time(t), _) => Some(t.access(i)),
-            (Order::Lanes { timed, .. }, _) if timed.get().is_some() => timed.get().map(|t| u32::from(t[i])),
             (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
                 let s = lanes.access(i) as usize;
                 let (a, b) = (*starts.get(s)? as usize, *starts.get(s + 1)? as usize);
@@ -165,11 +176,11 @@ impl ShapeView<'_, '_> {
         if l == 0 && r == n {
             return truth.iter().zip(counts).filter(|(t, _)| **t).map(|(_, &c)| c as usize).sum();
         }
+        if let Some(t) = self.shapes.decoded() {
+            return t[l..r].iter().filter(|&&c| truth.get(c as usize) == Some(&true)).count();
+        }
         match (&self.shapes.order, self.lanes) {
             (Order::Time(t), _) => self.present(truth).map(|c| t.rank(c, r) - t.rank(c, l)).sum(),
-            (Order::Lanes { timed, .. }, _) if timed.get().is_some() => {
-                timed.get().map_or(0, |t| t[l..r].iter().filter(|&&c| truth.get(c as usize) == Some(&true)).count())
-            }
             (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
                 let wanted: Vec<u32> = self.present(truth).collect();
                 self.groups(starts, lanes, l, r)
