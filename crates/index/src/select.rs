@@ -245,6 +245,17 @@ impl<'a> Tree<'a> {
         }
     }
 
+    /// The symbol at `i` and its occurrences before `i` (one walk for a Huffman-shaped tree).
+    pub(crate) fn access_rank(&self, i: usize) -> (u32, usize) {
+        match self {
+            Tree::Huffman(t) => t.access_rank(i),
+            Tree::Matrix(t) => {
+                let s = t.access(i);
+                (s, t.rank(s, i))
+            }
+        }
+    }
+
     pub(crate) fn rank(&self, s: u32, i: usize) -> usize {
         match self {
             Tree::Huffman(t) => t.rank(s, i),
@@ -539,7 +550,11 @@ impl<'a> ChunkView<'a> {
             return Ok(Some(selected[k].1 as usize));
         }
         let flows = self.flows()?;
-        let sym = self.lanes()?.access(i);
+        // A query that decoded the shapes into time order has every packet's lane symbol at hand.
+        let sym = match self.shapes.loaded().and_then(|s| s.decoded_lane(i)) {
+            Some(sym) => sym,
+            None => self.lanes()?.access(i),
+        };
         let (lane, dir) = (sym / 2, sym as usize % 2);
         Ok(flows.row_at(lane, i).map(|r| 2 * r + dir))
     }

@@ -25,8 +25,8 @@ enum Order<'a> {
     Time(Tree<'a>),
     /// Version 6: grouped by lane symbol; `starts[s]..starts[s + 1]` holds the shapes of the packets of lane symbol
     /// `s`, in time order (`starts` has one entry per lane symbol and one more); `timed`, once a query has read
-    /// many of them, every packet's shape in time order.
-    Lanes { tree: RrrHuffman<'a>, starts: Vec<u32>, timed: OnceLock<Vec<u16>> },
+    /// many of them, every packet's shape (and lane symbol) in time order.
+    Lanes { tree: RrrHuffman<'a>, starts: Vec<u32>, timed: OnceLock<Timed> },
 }
 
 /// A chunk's shape sequence, loaded and checked.
@@ -93,7 +93,15 @@ impl<'a> Shapes<'a> {
     /// Every packet's shape in time order, when a version 6 sequence has been decoded so.
     fn decoded(&self) -> Option<&[u16]> {
         match &self.order {
-            Order::Lanes { timed, .. } => timed.get().map(Vec::as_slice),
+            Order::Lanes { timed, .. } => timed.get().map(|t| t.shapes.as_slice()),
+            Order::Time(_) => None,
+        }
+    }
+
+    /// Packet `i`'s lane symbol, when a version 6 sequence has been decoded into time order (which reads them).
+    pub(crate) fn decoded_lane(&self, i: usize) -> Option<u32> {
+        match &self.order {
+            Order::Lanes { timed, .. } => timed.get()?.lanes.get(i).copied(),
             Order::Time(_) => None,
         }
     }
@@ -121,9 +129,10 @@ impl ShapeView<'_, '_> {
         match (&self.shapes.order, self.lanes) {
             (Order::Time(t), _) => Some(t.access(i)),
             (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
-                let s = lanes.access(i) as usize;
+                let (s, rank) = lanes.access_rank(i);
+                let s = s as usize;
                 let (a, b) = (*starts.get(s)? as usize, *starts.get(s + 1)? as usize);
-                let j = a + lanes.rank(s as u32, i);
+                let j = a + rank;
                 (j < b).then(|| tree.access(j))
             }
             (Order::Lanes { .. }, None) => None,
@@ -214,7 +223,7 @@ impl ShapeView<'_, '_> {
             (Order::Lanes { tree, starts, timed }, Some(lanes))
                 if timed.get().is_some() || total.saturating_mul(32) > r - l =>
             {
-                let t = timed.get_or_init(|| in_time_order(tree, starts, lanes));
+                let t = &timed.get_or_init(|| in_time_order(tree, starts, lanes)).shapes;
                 out.extend((l..r).filter(|&i| ok(u32::from(t[i]))).map(|i| i as u32));
             }
             // Few: each occurrence found by `select` and mapped back to its packet.
@@ -245,23 +254,49 @@ impl ShapeView<'_, '_> {
     }
 }
 
-/// The shapes of every packet in time order, from the grouped sequence and the lanes: both decoded level by level,
-/// then each packet takes the next shape of its lane symbol's group.
-fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Vec<u16> {
-    let grouped = tree.decode();
-    let mut next: Vec<usize> = starts.iter().map(|&a| a as usize).collect();
-    lanes
-        .decode()
-        .into_iter()
-        .map(|s| match next.get_mut(s as usize) {
-            Some(j) => {
-                let c = grouped.get(*j).copied().unwrap_or(0);
-                *j += 1;
-                c as u16
+/// The shapes of every packet in time order, from the grouped sequence and the lanes: the grouped shapes decoded,
+/// then the lanes decoded symbol by symbol (a Huffman-shaped tree gives each symbol's packets in time order, which
+/// are its group's shapes in order: the permutation from grouped to time order, without decoding the lane
+/// sequence itself).
+fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Timed {
+    let mut grouped = vec![0u16; tree.len()];
+    tree.for_each_symbol(|c, positions| {
+        for &j in positions {
+            grouped[j as usize] = c as u16;
+        }
+    });
+    let mut timed = vec![0u16; lanes.len()];
+    let mut lane = vec![0u32; lanes.len()];
+    match lanes {
+        Tree::Huffman(t) => t.for_each_symbol(|s, packets| {
+            let from = starts.get(s as usize).map_or(grouped.len(), |&a| a as usize);
+            for (&i, &c) in packets.iter().zip(grouped.get(from..).unwrap_or_default()) {
+                timed[i as usize] = c;
             }
-            None => 0,
-        })
-        .collect()
+            for &i in packets {
+                lane[i as usize] = s;
+            }
+        }),
+        Tree::Matrix(_) => {
+            lane = lanes.decode();
+            let mut next: Vec<usize> = starts.iter().map(|&a| a as usize).collect();
+            for (i, &s) in lane.iter().enumerate() {
+                if let Some(j) = next.get_mut(s as usize) {
+                    timed[i] = grouped.get(*j).copied().unwrap_or(0);
+                    *j += 1;
+                }
+            }
+        }
+    }
+    Timed { shapes: timed, lanes: lane }
+}
+
+/// A version 6 chunk's shapes decoded into time order, with the lane symbols the decode read on the way (so that
+/// a query reading many packets' shapes also has their lane symbols without a lookup each).
+#[derive(Debug)]
+struct Timed {
+    shapes: Vec<u16>,
+    lanes: Vec<u32>,
 }
 
 /// The shapes of a chunk grouped by lane symbol, each group in time order (what version 6 stores): a stable
@@ -318,6 +353,8 @@ mod tests {
             }
             for (i, &s) in shapes.iter().enumerate() {
                 assert_eq!(view.at(i), Some(s), "at({i}), decoded {decoded}");
+                let lane = loaded.decoded_lane(i);
+                assert_eq!(lane, decoded.then_some(lanes[i]), "decoded_lane({i}), decoded {decoded}");
             }
             for t in &truths {
                 for (l, r) in [(0, n), (n / 3, n - n / 5), (n / 2, n / 2), (1.min(n), n)] {

@@ -291,9 +291,15 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
 
     /// The symbol at position `i` (panics when `i >= len`).
     pub fn access(&self, i: usize) -> u32 {
+        self.access_rank(i).0
+    }
+
+    /// The symbol `c` at position `i` and its occurrences before `i` (`rank(c, i)`), in one walk down the tree
+    /// (panics when `i >= len`).
+    pub fn access_rank(&self, i: usize) -> (u32, usize) {
         assert!(i < self.n, "access({i}) on a sequence of {}", self.n);
         if self.depth() == 0 {
-            return self.value(0);
+            return (self.value(0), i);
         }
         let mut p = i;
         for d in 0..self.depth() {
@@ -311,7 +317,9 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
                     base = if (self.slots.word(mid) >> 24) as usize <= p { mid } else { base };
                     size -= half;
                 }
-                return self.value((self.slots.word(base) & 0xff_ffff) as usize);
+                let w = self.slots.word(base);
+                // The slot's elements are the symbol's occurrences in order, from the slot's start.
+                return (self.value((w & 0xff_ffff) as usize), p - (w >> 24) as usize);
             }
         }
         unreachable!("validated tree: every code ends by the last level")
@@ -321,37 +329,63 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
     /// element to its place at the next level as `access` would, so decoding a whole sequence costs a few
     /// nanoseconds a symbol and level instead of a rank per level and symbol.
     pub fn decode(&self) -> Vec<u32> {
+        let mut out = vec![0u32; self.n];
+        self.for_each_symbol(|c, positions| {
+            for &p in positions {
+                out[p as usize] = c;
+            }
+        });
+        out
+    }
+
+    /// Calls `f(c, positions)` once for every symbol `c` that occurs, with its positions in ascending order (the
+    /// symbols in the tree's order, not by value). The same passes as [`decode`](Self::decode): each level's
+    /// elements are partitioned stably by their bits, so the elements of a code that ends at a level lie together
+    /// there, in their original order. This is a decode without the sequence's own array: a caller that wants a
+    /// permutation (the positions of each symbol in turn) gets it directly.
+    pub fn for_each_symbol(&self, mut f: impl FnMut(u32, &[u32])) {
         let n = self.n;
-        if self.depth() == 0 {
-            return vec![if n > 0 { self.value(0) } else { 0 }; n];
+        if n == 0 {
+            return;
         }
-        let mut out = vec![0u32; n];
-        // `at[p]`: the element at position p of level d.
-        let mut at: Vec<u32> = (0..n as u32).collect();
+        if self.depth() == 0 {
+            let all: Vec<u32> = (0..n as u32).collect();
+            f(self.value(0), &all);
+            return;
+        }
+        // `at[p]`: the original position of the element at position p of level d (the identity at level 0,
+        // which is not stored).
+        let mut at: Vec<u32> = Vec::new();
         let mut next = vec![0u32; n];
         for d in 0..self.depth() {
             let len = self.level(d, L_LEN);
             let off = self.level(d, L_OFFSET);
             let bits = self.bv.bits(off, off + len);
+            let words = bits.words();
             // A stable partition, zeros first; branch-free (the bits are as good as random to a predictor).
             let (mut zeros, mut ones) = (0usize, self.level(d, L_ZEROS));
-            for (q, &e) in at[..len].iter().enumerate() {
-                let b = (bits.words()[q / 64] >> (q % 64)) as usize & 1;
+            let mut place = |q: usize, e: u32| {
+                let b = (words[q / 64] >> (q % 64)) as usize & 1;
                 next[zeros + ((ones - zeros) & b.wrapping_neg())] = e;
                 ones += b;
                 zeros += 1 - b;
+            };
+            if d == 0 {
+                (0..len).for_each(|q| place(q, q as u32));
+            } else {
+                at[..len].iter().enumerate().for_each(|(q, &e)| place(q, e));
             }
             // Positions from the next level's length on hold the codes that end here, slot by slot.
             for k in self.level(d, L_FIRST_SLOT)..self.level(d + 1, L_FIRST_SLOT) {
                 let (start, count) = self.slot_range(k);
                 let v = self.value((self.slots.word(k) & 0xff_ffff) as usize);
-                for &e in &next[start.min(len)..(start + count).min(len)] {
-                    out[e as usize] = v;
-                }
+                f(v, &next[start.min(len)..(start + count).min(len)]);
+            }
+            if d == 0 {
+                at = vec![0u32; n];
             }
             std::mem::swap(&mut at, &mut next);
         }
-        out
     }
 
     /// Occurrences of `c` in positions `[0, i)` (panics when `i > len`).
@@ -678,6 +712,7 @@ mod tests {
     use super::*;
     use crate::{RrrBitVector, RsBitVector};
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     /// Every operation against a `Vec<u32>` and linear scans.
     pub(crate) fn check<B: BitVector, W: Words>(wt: &HuffmanWaveletTree<B, W>, seq: &[u32]) {
@@ -686,10 +721,21 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(wt.sigma(), distinct.len());
+        let mut seen = HashMap::new();
         for (i, &s) in seq.iter().enumerate() {
             assert_eq!(wt.access(i), s, "access({i})");
+            let before = seen.entry(s).or_insert(0usize);
+            assert_eq!(wt.access_rank(i), (s, *before), "access_rank({i})");
+            *before += 1;
         }
         assert_eq!(wt.decode(), seq, "decode");
+        let mut seen = 0;
+        wt.for_each_symbol(|c, positions| {
+            seen += positions.len();
+            let want: Vec<u32> = (0..seq.len() as u32).filter(|&i| seq[i as usize] == c).collect();
+            assert_eq!(positions, want, "for_each_symbol({c})");
+        });
+        assert_eq!(seen, seq.len(), "for_each_symbol: every position once");
         let probes: Vec<u32> = distinct.iter().copied().chain([0, 1, u32::MAX, 77]).collect();
         for &c in &probes {
             let occ: Vec<usize> = (0..seq.len()).filter(|&i| seq[i] == c).collect();

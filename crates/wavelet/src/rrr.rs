@@ -2,7 +2,10 @@
 //! offset (their rank among the blocks of that class), about `n·H0(B) + o(n)` bits.
 //!
 //! Every `sample` blocks a sample holds the ones before the block and the bit position of its offset, so access
-//! and rank decode at most `sample` classes and one block; select binary-searches the samples first.
+//! and rank decode at most `sample` classes and one block; select binary-searches the samples first. In memory
+//! (not in the file) every [`FINE`] blocks within a sample also hold both, relative to the sample, computed when
+//! the vector is built or loaded, so that access and rank walk fewer than [`FINE`] classes whatever the sample
+//! rate the file chose for its size.
 
 use std::io::{self, Write};
 
@@ -68,6 +71,31 @@ fn decode_block(b: u32, c: u32, mut off: u64) -> u64 {
     x
 }
 
+/// Bit `k` of the block of `b` bits with `c` ones whose offset is `off`, and its ones below `k`: the ones are
+/// decoded from the top as [`decode_block`] does, stopping once the walk passes below `k`.
+fn bit_and_rank_in_block(b: u32, c: u32, mut off: u64, k: u32) -> (bool, u32) {
+    let (mut p, k, mut i) = (b as usize, k as usize, c as usize);
+    while i > 0 {
+        // Largest p' < p with C(p', i) <= off, searched no lower than k.
+        loop {
+            if p <= k {
+                // The remaining ones all lie below k (position k was passed without one).
+                return (false, i as u32);
+            }
+            p -= 1;
+            if BINOM[p][i] <= off {
+                break;
+            }
+        }
+        if p == k {
+            return (true, i as u32 - 1);
+        }
+        off -= BINOM[p][i];
+        i -= 1;
+    }
+    (false, 0)
+}
+
 /// Parameters of [`RrrBitVector`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RrrParams {
@@ -81,6 +109,35 @@ impl Default for RrrParams {
     fn default() -> RrrParams {
         RrrParams { block: 31, sample: 32 }
     }
+}
+
+/// Blocks between the in-memory directory's entries (2 bits a block of memory).
+const FINE: usize = 16;
+
+/// The in-memory directory: for every [`FINE`]-th block of each sample, the ones and offset bits from the sample's
+/// start to the block (16 bits each, `ones | bits << 16`); empty when samples are at most 32 blocks apart (the
+/// default: a walk is short anyway) or span too many bits for 16.
+fn fine_directory(nblocks: usize, block: u32, sample: u32, mut class: impl FnMut(usize) -> u32) -> Vec<u32> {
+    let sr = sample as usize;
+    if sr * block as usize >= 1 << 16 || sr <= 32 {
+        return Vec::new();
+    }
+    let per = sr.div_ceil(FINE);
+    let mut fine = Vec::with_capacity(nblocks.div_ceil(sr) * per);
+    let (mut ones, mut bits) = (0u32, 0u32);
+    for blk in 0..nblocks {
+        let k = blk % sr;
+        if k == 0 {
+            (ones, bits) = (0, 0);
+        }
+        if k.is_multiple_of(FINE) {
+            fine.push(ones | bits << 16);
+        }
+        let c = class(blk);
+        ones += c;
+        bits += offset_width(block, c);
+    }
+    fine
 }
 
 /// An RRR-compressed bit vector over owned words or borrowed bytes.
@@ -97,6 +154,8 @@ pub struct RrrBitVector<W = Vec<u64>> {
     offsets: W,
     /// Per sample: ones before it, then the bit position of its first offset (two words per sample).
     samples: W,
+    /// See [`fine_directory`].
+    fine: Vec<u32>,
 }
 
 fn class_width(b: u32) -> u32 {
@@ -136,7 +195,8 @@ impl BuildBitVector for RrrBitVector {
         samples.push(offsets.len() as u64);
         let (classes, _) = classes.into_parts();
         let (offsets, _) = offsets.into_parts();
-        RrrBitVector { len, ones, block: b, sample: p.sample, class_width: cw, classes, offsets, samples }
+        let fine = fine_directory(nblocks, b, p.sample, |blk| read_bits(&classes, blk * cw as usize, cw) as u32);
+        RrrBitVector { len, ones, block: b, sample: p.sample, class_width: cw, classes, offsets, samples, fine }
     }
 }
 
@@ -159,17 +219,22 @@ impl<W: Words> RrrBitVector<W> {
         read_bits(&self.classes, blk * self.class_width as usize, self.class_width) as u32
     }
 
-    fn nblocks(&self) -> usize {
-        self.len.div_ceil(self.block as usize)
-    }
-
     /// Ones before block `blk` and the bit position of its offset.
     #[inline]
     fn locate(&self, blk: usize) -> (usize, usize) {
-        let s = blk / self.sample as usize;
+        let sr = self.sample as usize;
+        let s = blk / sr;
         let mut ones = self.samples.word(2 * s) as usize;
         let mut pos = self.samples.word(2 * s + 1) as usize;
-        for j in s * self.sample as usize..blk {
+        let mut from = s * sr;
+        let k = (blk - from) / FINE;
+        // (No entry for `blk` = the block count, when that starts a stretch: the walk from the sample is exact.)
+        if let Some(&f) = self.fine.get(s * sr.div_ceil(FINE) + k).filter(|_| k > 0) {
+            ones += (f & 0xffff) as usize;
+            pos += (f >> 16) as usize;
+            from += k * FINE;
+        }
+        for j in from..blk {
             let c = self.class(j);
             ones += c as usize;
             pos += offset_width(self.block, c) as usize;
@@ -177,16 +242,16 @@ impl<W: Words> RrrBitVector<W> {
         (ones, pos)
     }
 
-    /// Ones before block `blk` and the bits of block `blk` (decoded).
+    /// Ones before position `i` (< len) and bit `i`, decoding only what lies above `i` in its block.
     #[inline]
-    fn block_at(&self, blk: usize) -> (usize, u64) {
+    fn rank_at(&self, i: usize) -> (usize, bool) {
+        let b = self.block as usize;
+        let blk = i / b;
         let (ones, pos) = self.locate(blk);
-        if blk == self.nblocks() {
-            return (ones, 0);
-        }
         let c = self.class(blk);
-        let w = offset_width(self.block, c);
-        (ones, decode_block(self.block, c, read_bits(&self.offsets, pos, w)))
+        let off = read_bits(&self.offsets, pos, offset_width(self.block, c));
+        let (bit, below) = bit_and_rank_in_block(self.block, c, off, (i % b) as u32);
+        (ones + below as usize, bit)
     }
 
     fn select(&self, k: usize, ones: bool) -> Option<usize> {
@@ -242,23 +307,21 @@ impl<W: Words> BitVector for RrrBitVector<W> {
 
     fn access(&self, i: usize) -> bool {
         assert!(i < self.len, "access({i}) on {} bits", self.len);
-        let b = self.block as usize;
-        let (_, x) = self.block_at(i / b);
-        x >> (i % b) & 1 == 1
+        self.rank_at(i).1
     }
 
     fn rank1(&self, i: usize) -> usize {
         assert!(i <= self.len, "rank1({i}) on {} bits", self.len);
-        let b = self.block as usize;
-        let (ones, x) = self.block_at(i / b);
-        ones + (x & ((1u64 << (i % b)) - 1)).count_ones() as usize
+        if i == self.len {
+            return self.ones;
+        }
+        self.rank_at(i).0
     }
 
     fn access_rank1(&self, i: usize) -> (bool, usize) {
         assert!(i < self.len, "access({i}) on {} bits", self.len);
-        let b = self.block as usize;
-        let (ones, x) = self.block_at(i / b);
-        (x >> (i % b) & 1 == 1, ones + (x & ((1u64 << (i % b)) - 1)).count_ones() as usize)
+        let (rank, bit) = self.rank_at(i);
+        (bit, rank)
     }
 
     fn select1(&self, k: usize) -> Option<usize> {
@@ -294,7 +357,11 @@ impl<W: Words> BitVector for RrrBitVector<W> {
     }
 
     fn size_in_bytes(&self) -> usize {
-        self.classes.size_in_bytes() + self.offsets.size_in_bytes() + self.samples.size_in_bytes() + 5 * 8
+        self.classes.size_in_bytes()
+            + self.offsets.size_in_bytes()
+            + self.samples.size_in_bytes()
+            + 4 * self.fine.len()
+            + 5 * 8
     }
 }
 
@@ -398,7 +465,8 @@ impl<'a> RrrBitVector<LeBytes<'a>> {
         if offsets.num_words() != pos.div_ceil(64) {
             return Err(bad("offsets", "longer than the classes need"));
         }
-        Ok(RrrBitVector { len, ones, block, sample, class_width: cw, classes, offsets, samples })
+        let fine = fine_directory(nblocks, block, sample, |blk| read_bits(&classes, blk * cw as usize, cw) as u32);
+        Ok(RrrBitVector { len, ones, block, sample, class_width: cw, classes, offsets, samples, fine })
     }
 }
 
@@ -419,13 +487,17 @@ mod tests {
                 let off = encode_block(v);
                 assert!(off < BINOM[b as usize][c as usize]);
                 assert_eq!(decode_block(b, c, off), v);
+                for k in 0..b {
+                    let below = (v & ((1u64 << k) - 1)).count_ones();
+                    assert_eq!(bit_and_rank_in_block(b, c, off, k), (v >> k & 1 == 1, below), "block {v:#x}, bit {k}");
+                }
             }
         }
     }
 
     proptest! {
         #[test]
-        fn matches_naive_model(bits in crate::rs::tests::bits_strategy(), block in 1u32..=63, sample in 1u32..40) {
+        fn matches_naive_model(bits in crate::rs::tests::bits_strategy(), block in 1u32..=63, sample in prop_oneof![1u32..40, 60u32..70, 1030u32..1045]) {
             let (words, len) = BitBuf::from_bits(bits.iter().copied()).into_parts();
             let b = RrrBitVector::build(words, len, RrrParams { block, sample });
             crate::rs::tests::check(&b, &bits);
