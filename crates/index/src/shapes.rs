@@ -12,7 +12,7 @@
 
 use std::sync::OnceLock;
 
-use pcaptool_wavelet::{HuffmanWaveletTree, LeBytes, RrrBitVector};
+use pcaptool_wavelet::{DecodeScratch, HuffmanWaveletTree, LeBytes, RrrBitVector};
 
 use crate::select::{Tree, members};
 
@@ -259,8 +259,9 @@ impl ShapeView<'_, '_> {
 /// are its group's shapes in order: the permutation from grouped to time order, without decoding the lane
 /// sequence itself).
 fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Timed {
+    let mut scratch = DecodeScratch::default();
     let mut grouped = vec![0u16; tree.len()];
-    tree.for_each_symbol(|c, positions| {
+    tree.for_each_symbol_in(&mut scratch, |c, positions| {
         for &j in positions {
             grouped[j as usize] = c as u16;
         }
@@ -268,7 +269,7 @@ fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Tim
     let mut timed = vec![0u16; lanes.len()];
     let mut lane = vec![0u32; lanes.len()];
     match lanes {
-        Tree::Huffman(t) => t.for_each_symbol(|s, packets| {
+        Tree::Huffman(t) => t.for_each_symbol_in(&mut scratch, |s, packets| {
             let from = starts.get(s as usize).map_or(grouped.len(), |&a| a as usize);
             for (&i, &c) in packets.iter().zip(grouped.get(from..).unwrap_or_default()) {
                 timed[i as usize] = c;

@@ -32,6 +32,13 @@ const L_ONES_BEFORE: usize = 2; // ones in the bit vector before the level
 const L_ZEROS: usize = 3; // zeros in the level
 const L_FIRST_SLOT: usize = 4; // index of the first slot of the codes ending at this level
 
+/// Working memory for [`HuffmanWaveletTree::for_each_symbol_in`]: two arrays of positions, grown as needed.
+#[derive(Clone, Debug, Default)]
+pub struct DecodeScratch {
+    at: Vec<u32>,
+    next: Vec<u32>,
+}
+
 /// A Huffman-shaped wavelet tree over `u32` symbols, generic over its bit vector `B` and word storage `W`.
 #[derive(Clone, Debug)]
 pub struct HuffmanWaveletTree<B = crate::RsBitVector, W = Vec<u64>> {
@@ -343,20 +350,27 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
     /// elements are partitioned stably by their bits, so the elements of a code that ends at a level lie together
     /// there, in their original order. This is a decode without the sequence's own array: a caller that wants a
     /// permutation (the positions of each symbol in turn) gets it directly.
-    pub fn for_each_symbol(&self, mut f: impl FnMut(u32, &[u32])) {
+    pub fn for_each_symbol(&self, f: impl FnMut(u32, &[u32])) {
+        self.for_each_symbol_in(&mut DecodeScratch::default(), f);
+    }
+
+    /// [`for_each_symbol`](Self::for_each_symbol) with its working memory in `scratch`, which keeps it for the
+    /// next call (decoding several sequences of one length then takes fresh memory once).
+    pub fn for_each_symbol_in(&self, scratch: &mut DecodeScratch, mut f: impl FnMut(u32, &[u32])) {
         let n = self.n;
         if n == 0 {
             return;
         }
+        let DecodeScratch { at, next } = scratch;
         if self.depth() == 0 {
-            let all: Vec<u32> = (0..n as u32).collect();
-            f(self.value(0), &all);
+            next.clear();
+            next.extend(0..n as u32);
+            f(self.value(0), next);
             return;
         }
         // `at[p]`: the original position of the element at position p of level d (the identity at level 0,
-        // which is not stored).
-        let mut at: Vec<u32> = Vec::new();
-        let mut next = vec![0u32; n];
+        // which is not read); `next`: level d + 1.
+        next.resize(n, 0);
         for d in 0..self.depth() {
             let len = self.level(d, L_LEN);
             let off = self.level(d, L_OFFSET);
@@ -382,9 +396,9 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
                 f(v, &next[start.min(len)..(start + count).min(len)]);
             }
             if d == 0 {
-                at = vec![0u32; n];
+                at.resize(n, 0);
             }
-            std::mem::swap(&mut at, &mut next);
+            std::mem::swap(at, next);
         }
     }
 
@@ -736,6 +750,11 @@ mod tests {
             assert_eq!(positions, want, "for_each_symbol({c})");
         });
         assert_eq!(seen, seq.len(), "for_each_symbol: every position once");
+        // Reused working memory, left longer and full of other values by an earlier decode, changes nothing.
+        let mut scratch = DecodeScratch { at: vec![7; seq.len() + 5], next: vec![9; 2 * seq.len() + 3] };
+        let mut again = vec![u32::MAX; seq.len()];
+        wt.for_each_symbol_in(&mut scratch, |c, positions| positions.iter().for_each(|&p| again[p as usize] = c));
+        assert_eq!(again, seq, "for_each_symbol_in with used scratch");
         let probes: Vec<u32> = distinct.iter().copied().chain([0, 1, u32::MAX, 77]).collect();
         for &c in &probes {
             let occ: Vec<usize> = (0..seq.len()).filter(|&i| seq[i] == c).collect();

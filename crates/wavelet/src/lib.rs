@@ -59,7 +59,7 @@ pub use error::Error;
 pub use format::{BitVectorCodec, Crc32, DecodeBitVector, Encode, MAGIC, VERSION};
 #[doc(hidden)]
 pub use format::{Reader, Writer};
-pub use hwt::{HuffmanWaveletTree, Positions};
+pub use hwt::{DecodeScratch, HuffmanWaveletTree, Positions};
 pub use matrix::WaveletMatrix;
 pub use rank_select::{BitVector, BuildBitVector};
 pub use rrr::{RrrBitVector, RrrParams};
