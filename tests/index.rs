@@ -438,3 +438,62 @@ fn shell_answers_as_query_does() {
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&expected).unwrap());
     assert!(tmp.join("home/.local/state/pcaptool/shell_history").exists(), "history is kept");
 }
+
+/// Reading packets by `pread` from their blocks (what a needle query does, one read for a run of adjacent
+/// blocks) gives the records that walking the mapped trace gives, for positions that are every packet, scattered
+/// ones, runs of adjacent blocks, runs with gaps, and the last packets: on generated traces (whose bulk flows make
+/// blocks past 16 KiB, read in part) and every 25th trace of testdata/ and the corpus.
+#[test]
+fn pread_reads_what_the_mapping_reads() {
+    let tmp = TempDir::new("index-pread");
+    let mut paths = vec![gen_trace(&tmp, "a.pcap", 3), gen_trace(&tmp, "b.pcap", 11)];
+    paths.extend(traces(25));
+    let (mut compared, mut big_blocks) = (0u64, 0u64);
+    for (n, trace) in paths.iter().enumerate() {
+        let idx = tmp.join(&format!("{n}.ptidx"));
+        let opts = BuildOptions { chunk_packets: 1024, snap: u32::MAX };
+        if build(trace, &idx, &opts, &|_| {}).is_err() {
+            continue;
+        }
+        let reader = TraceReader::open(trace).unwrap();
+        let Some(bytes) = reader.as_bytes() else { continue };
+        let file = IndexFile::open(&idx).unwrap();
+        let view = file.view().unwrap();
+        let seeker = pcaptool_packet::Seeker::new(bytes, file.structure()).unwrap();
+        let f = std::fs::File::open(trace).unwrap();
+        let mut window = Vec::new();
+        for (ci, c) in view.chunks().iter().enumerate() {
+            let len = c.len() as u32;
+            let sets: Vec<Vec<u32>> = vec![
+                (0..len).collect(),
+                (0..len).step_by(7).collect(),
+                (0..len).filter(|i| (i / 16) % 3 != 2 && i % 5 == 1).collect(),
+                (0..len).filter(|i| (i / 16) % 4 < 2 && i % 16 == 15).collect(),
+                (0..len).filter(|i| i % 97 == 3 || i + 2 >= len).collect(),
+            ];
+            for positions in sets {
+                let mut mapped = Vec::new();
+                view.read_packets(bytes, &seeker, trace, ci, &positions, &mut |i, r| {
+                    mapped.push((i, r.offset, r.ts_ns, r.wirelen, r.data.to_vec()));
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+                let mut read = Vec::new();
+                view.read_packets_at(&f, &seeker, trace, ci, &positions, &mut window, &mut |i, r| {
+                    read.push((i, r.offset, r.ts_ns, r.wirelen, r.data.to_vec()));
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+                assert_eq!(read, mapped, "{}: chunk {ci}, {} positions", trace.display(), positions.len());
+                compared += read.len() as u64;
+                if read.len() == len as usize {
+                    // Every packet: blocks of 16 spanning more than 16 KiB (read in part).
+                    big_blocks +=
+                        read.chunks(16).filter(|b| b.len() == 16 && b[15].1 - b[0].1 > 16 << 10).count() as u64;
+                }
+            }
+        }
+    }
+    println!("pread and mapping: {compared} packets read both ways, equal ({big_blocks} blocks past 16 KiB)");
+    assert!(compared > 10_000 && big_blocks > 0);
+}

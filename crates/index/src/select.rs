@@ -367,6 +367,9 @@ fn resume(at: Option<(u64, usize)>, i: usize) -> Option<(u64, usize)> {
 /// Blocks up to this many bytes are read whole by [`IndexView::read_packets_at`].
 const WHOLE_BLOCK_READ: usize = 16 << 10;
 
+/// At most this many bytes are read at once for a run of adjacent blocks by [`IndexView::read_packets_at`].
+const RUN_READ: usize = 64 << 10;
+
 /// One chunk of an index.
 #[derive(Debug)]
 pub struct ChunkView<'a> {
@@ -1387,25 +1390,47 @@ impl<'a> IndexView<'a> {
             Ok(())
         };
         let mut at: Option<(u64, usize)> = None;
-        for &i in positions {
+        for (pi, &i) in positions.iter().enumerate() {
             let i = i as usize;
             let b = i / BLOCK;
             let (mut off, mut j) = match resume(at, i) {
                 Some(at) => at,
                 None => {
-                    // One read of the whole block when it is small (a read costs about the same up to a few KiB,
-                    // and a second one costs a whole read); a large block is read as far as its length divided
-                    // evenly would place packet `i`, and a little more (a short read is extended from where the
-                    // walk stopped).
                     let (s, e) = self.block_span(ci, b).map_err(|d| self.corrupt(d))?;
                     let span = e.saturating_sub(s) as usize;
-                    let want = if span <= WHOLE_BLOCK_READ {
-                        span
+                    if s >= start && e <= start + window.len() as u64 {
+                        // Read already, with the block before it.
+                        (s, b * BLOCK)
                     } else {
-                        span / BLOCK * (i - b * BLOCK + 1) + span / (2 * BLOCK) + 256
-                    };
-                    fill(window, &mut start, s, want.clamp(256, span.max(256)))?;
-                    (s, b * BLOCK)
+                        // One read of the whole block when it is small (a read costs about the same up to a few
+                        // KiB, and a second one costs a whole read), and of the blocks right after it that
+                        // packets to come are in (a packet's flow often has the next one in the next block);
+                        // a large block is read as far as its length divided evenly would place packet `i`, and
+                        // a little more (a short read is extended from where the walk stopped).
+                        let want = if span <= WHOLE_BLOCK_READ {
+                            let mut end = e;
+                            let mut last = b;
+                            for &k in &positions[pi + 1..] {
+                                let kb = k as usize / BLOCK;
+                                if kb == last {
+                                    continue;
+                                }
+                                if kb != last + 1 {
+                                    break;
+                                }
+                                let (_, ke) = self.block_span(ci, kb).map_err(|d| self.corrupt(d))?;
+                                if ke.saturating_sub(s) > RUN_READ as u64 {
+                                    break;
+                                }
+                                (end, last) = (ke, kb);
+                            }
+                            end.saturating_sub(s) as usize
+                        } else {
+                            (span / BLOCK * (i - b * BLOCK + 1) + span / (2 * BLOCK) + 256).min(span)
+                        };
+                        fill(window, &mut start, s, want.max(256))?;
+                        (s, b * BLOCK)
+                    }
                 }
             };
             loop {
