@@ -411,7 +411,8 @@ impl ByLane {
             return f.n;
         }
         let (a, e) = (self.first[l] as usize, self.first[l + 1] as usize);
-        match self.rows[a..e].iter().position(|&q| q as usize == r) {
+        // A lane's rows are ascending (`by_lane` places them in row order).
+        match self.rows[a..e].binary_search(&(r as u32)).ok() {
             Some(k) if a + k + 1 < e => (self.starts[a + k + 1] as usize).max(f.start(r)),
             _ => f.n,
         }

@@ -394,9 +394,20 @@ pub struct ChunkView<'a> {
     cache: Mutex<Vec<(Pred, Arc<KeySet>)>>,
     /// Packets of every key in the chunk (for counts over many keys).
     totals: OnceLock<Result<Vec<u32>, Damage>>,
-    /// `(position, key)` of the packets the last selection driven by keys found, by position: reading them
-    /// checks their keys without looking up flows by lane.
-    selected: Mutex<Arc<Vec<(u32, u32)>>>,
+    /// What the last selection driven by keys learnt of the packets it found, by position: checking their
+    /// shapes, and their keys when they are read, then needs no walk of the lane sequence. These are facts of
+    /// the index, so a later query may use them whatever it selects.
+    selected: Mutex<Arc<Vec<Known>>>,
+}
+
+/// A packet found through its key: its position in the chunk, its key, its lane symbol and the occurrences of that
+/// symbol before it.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    pos: u32,
+    key: u32,
+    sym: u32,
+    rank: u32,
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -548,9 +559,8 @@ impl<'a> ChunkView<'a> {
 
     /// The key (`2·row + direction`) of packet `i` (`None`: a damaged lane sequence names no flow).
     fn key_of_packet(&self, i: usize) -> Result<Option<usize>, Damage> {
-        let selected = self.selected.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Ok(k) = selected.binary_search_by_key(&(i as u32), |p| p.0) {
-            return Ok(Some(selected[k].1 as usize));
+        if let Some(k) = self.known(i) {
+            return Ok(Some(k.key as usize));
         }
         let flows = self.flows()?;
         // A query that decoded the shapes into time order has every packet's lane symbol at hand.
@@ -560,6 +570,24 @@ impl<'a> ChunkView<'a> {
         };
         let (lane, dir) = (sym / 2, sym as usize % 2);
         Ok(flows.row_at(lane, i).map(|r| 2 * r + dir))
+    }
+
+    /// What selecting by key learnt of packet `i`, if it found it.
+    fn known(&self, i: usize) -> Option<Known> {
+        let selected = self.selected.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        selected.binary_search_by_key(&(i as u32), |k| k.pos).ok().map(|at| selected[at])
+    }
+
+    /// The shape of packet `i` (`None` only where a damaged index places none): through its lane symbol and rank
+    /// when selecting by key found them.
+    fn shape_at(&self, i: usize) -> Result<Option<u32>, Damage> {
+        let view = self.shapes()?;
+        if let Some(k) = self.known(i)
+            && let Some(s) = view.at_lane(i, k.sym, k.rank as usize)
+        {
+            return Ok(Some(s));
+        }
+        Ok(view.at(i))
     }
 
     /// Whether packet `i` has the key and time the index gives it (and its TCP flags and length class, if the
@@ -573,9 +601,8 @@ impl<'a> ChunkView<'a> {
         if !self.keys.is_key_of(k, fields)? {
             return Ok(false);
         }
-        if let Some(shapes) = self.shapes.loaded() {
-            let lanes = if shapes.needs_lanes() { Some(self.lanes()?) } else { None };
-            return Ok(shapes.with(lanes).at(i) == Some(shape_of(flags_code(fields), len_class(wirelen))));
+        if self.shapes.loaded().is_some() {
+            return Ok(self.shape_at(i)? == Some(shape_of(flags_code(fields), len_class(wirelen))));
         }
         Ok(true)
     }
@@ -748,14 +775,15 @@ impl<'a> ChunkView<'a> {
         Ok(total)
     }
 
-    /// Appends the packets in `[l, r)` whose key `truth` accepts, ascending; with `keys`, also each one's key.
+    /// Appends the packets in `[l, r)` whose key `truth` accepts, ascending; with `known`, also what was learnt
+    /// of each (its key, lane symbol and rank), in the same order.
     fn key_positions(
         &self,
         truth: &KeySet,
         l: usize,
         r: usize,
         out: &mut Vec<u32>,
-        mut keys: Option<&mut Vec<u32>>,
+        mut known: Option<&mut Vec<Known>>,
     ) -> Result<(), Damage> {
         let spans = self.key_spans(truth)?;
         if spans.is_empty() {
@@ -763,27 +791,32 @@ impl<'a> ChunkView<'a> {
         }
         let lanes = self.lanes()?;
         let start = out.len();
+        let known_start = known.as_deref().map_or(0, Vec::len);
         let mut runs = 0;
         for (k, sym, s, e) in spans {
             let (a, b) = (s.max(l), e.min(r));
             if a < b {
                 let before = out.len();
                 out.extend(lanes.positions(sym, a, b).map(|i| i as u32));
-                if let Some(keys) = keys.as_deref_mut() {
-                    keys.resize(out.len(), k as u32);
+                if let Some(known) = known.as_deref_mut() {
+                    // The span's packets are the symbol's occurrences from its rank at `a` on.
+                    let first = lanes.rank(sym, a) as u32;
+                    known.extend(out[before..].iter().zip(first..).map(|(&pos, rank)| Known {
+                        pos,
+                        key: k as u32,
+                        sym,
+                        rank,
+                    }));
                 }
                 runs += usize::from(out.len() > before);
             }
         }
         if runs > 1 {
-            match keys {
-                Some(keys) => {
-                    let mut pairs: Vec<(u32, u32)> =
-                        out[start..].iter().copied().zip(keys[start..].iter().copied()).collect();
-                    pairs.sort_unstable();
-                    for (j, (p, k)) in pairs.into_iter().enumerate() {
-                        out[start + j] = p;
-                        keys[start + j] = k;
+            match known {
+                Some(known) => {
+                    known[known_start..].sort_unstable_by_key(|k| k.pos);
+                    for (p, k) in out[start..].iter_mut().zip(&known[known_start..]) {
+                        *p = k.pos;
                     }
                 }
                 None => out[start..].sort_unstable(),
@@ -817,7 +850,15 @@ impl<'a> ChunkView<'a> {
     }
 
     /// A superset of the packets of `[l, r)` satisfying `prep`, ascending (`None`: all of them).
-    fn drive(&self, prep: &Prep, l: usize, r: usize, truth: &[bool]) -> Result<Option<Vec<u32>>, Damage> {
+    /// What a drive by keys learns of the packets it finds is appended to `known`.
+    fn drive(
+        &self,
+        prep: &Prep,
+        l: usize,
+        r: usize,
+        truth: &[bool],
+        known: &mut Vec<Known>,
+    ) -> Result<Option<Vec<u32>>, Damage> {
         Ok(match prep {
             Prep::All => None,
             Prep::Time(i) => {
@@ -829,7 +870,7 @@ impl<'a> ChunkView<'a> {
             }
             Prep::Keys(t) => {
                 let mut out = Vec::new();
-                self.key_positions(t, l, r, &mut out, None)?;
+                self.key_positions(t, l, r, &mut out, Some(known))?;
                 Some(out)
             }
             Prep::Shapes(t) => {
@@ -846,14 +887,14 @@ impl<'a> ChunkView<'a> {
                     }
                 }
                 match best {
-                    Some((_, p)) => self.drive(p, l, r, truth)?,
+                    Some((_, p)) => self.drive(p, l, r, truth, known)?,
                     None => None,
                 }
             }
             Prep::Or(v) => {
                 let mut out = Vec::new();
                 for p in v {
-                    match self.drive(p, l, r, truth)? {
+                    match self.drive(p, l, r, truth, known)? {
                         Some(x) => out.extend(x),
                         None => return Ok(None),
                     }
@@ -880,7 +921,7 @@ impl<'a> ChunkView<'a> {
                 k.is_none_or(|k| k >= t.len() || t.contains(k))
             }
             // A packet the shapes do not place (only a damaged index has one) may match: it is read and checked.
-            Prep::Shapes(t) => self.shapes()?.at(i).is_none_or(|s| t.get(s as usize).copied().unwrap_or(false)),
+            Prep::Shapes(t) => self.shape_at(i)?.is_none_or(|s| t.get(s as usize).copied().unwrap_or(false)),
             Prep::And(v) => {
                 for p in v {
                     if !self.may(p, i, truth, key)? {
@@ -931,18 +972,19 @@ impl<'a> ChunkView<'a> {
         let prep = self.prepare(need, time_preds)?;
         let leaf = !matches!(prep, Prep::And(_) | Prep::Or(_));
         let mut out = Vec::new();
-        if let Prep::Keys(t) = &prep
-            && time_preds.is_empty()
-        {
-            // Driven by keys alone: remember each packet's key for reading it.
-            let mut keys = Vec::new();
-            self.key_positions(t, 0, self.n, &mut out, Some(&mut keys))?;
-            let pairs: Vec<(u32, u32)> = out.iter().copied().zip(keys).collect();
-            *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(pairs);
-            return Ok(out);
-        }
         for (l, r, truth) in self.page_ranges(time_preds)? {
-            match self.drive(&prep, l, r, &truth)? {
+            // What driving by keys learns of the packets it finds is kept (for this range of pages; the last
+            // range's stays for reading them): checking them against the other conditions (their shapes) and
+            // reading them then need no walks of the lane sequence.
+            let mut known = Vec::new();
+            let driven = self.drive(&prep, l, r, &truth, &mut known)?;
+            if !known.is_empty() {
+                // (Several drives, under an `or`, each append theirs in order.)
+                known.sort_unstable_by_key(|k| k.pos);
+                known.dedup_by_key(|k| k.pos);
+                *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(known);
+            }
+            match driven {
                 Some(v) if leaf => out.extend(v),
                 Some(v) => {
                     if prep.reads_shapes() {
@@ -1034,7 +1076,7 @@ impl<'a> ChunkView<'a> {
         for i in candidates {
             let i_us = i as usize;
             let key_known = self.key_of_packet(i_us)?.is_some_and(|k| known.contains(k));
-            let shape = shapes.and_then(|s| s.at(i_us));
+            let shape = if shapes.is_some() { self.shape_at(i_us)? } else { None };
             let ok = key_known
                 && (!reads_flags || shape.is_some_and(|s| s / 8 != 1))
                 && lens_preds.iter().all(|p| shape.is_some_and(|s| class_decided(s % 8, p)))

@@ -105,11 +105,6 @@ impl<'a> Shapes<'a> {
             Order::Time(_) => None,
         }
     }
-
-    /// Whether the sequence is grouped by lane symbol (and so needs the lane sequence).
-    pub(crate) fn needs_lanes(&self) -> bool {
-        matches!(self.order, Order::Lanes { .. })
-    }
 }
 
 /// A shape sequence with what it needs to answer by packet position.
@@ -136,6 +131,23 @@ impl ShapeView<'_, '_> {
                 (j < b).then(|| tree.access(j))
             }
             (Order::Lanes { .. }, None) => None,
+        }
+    }
+
+    /// The shape of packet `i`, given its lane symbol `sym` and that symbol's occurrences before it (`rank`), as
+    /// selecting by key learns them: one access of the grouped sequence, no walk of the lanes (`None` where `sym`
+    /// and `rank` place no shape, which a caller then asks [`at`](Self::at) about).
+    pub(crate) fn at_lane(&self, i: usize, sym: u32, rank: usize) -> Option<u32> {
+        if let Some(t) = self.shapes.decoded() {
+            return t.get(i).map(|&c| u32::from(c));
+        }
+        match &self.shapes.order {
+            Order::Time(t) => (i < t.len()).then(|| t.access(i)),
+            Order::Lanes { tree, starts, .. } => {
+                let (a, b) = (*starts.get(sym as usize)? as usize, *starts.get(sym as usize + 1)? as usize);
+                let j = a + rank;
+                (j < b).then(|| tree.access(j))
+            }
         }
     }
 
@@ -352,8 +364,12 @@ mod tests {
             if decoded {
                 view.expect(n);
             }
+            let mut before = vec![0usize; lane_symbols];
             for (i, &s) in shapes.iter().enumerate() {
                 assert_eq!(view.at(i), Some(s), "at({i}), decoded {decoded}");
+                let sym = lanes[i];
+                assert_eq!(view.at_lane(i, sym, before[sym as usize]), Some(s), "at_lane({i}), decoded {decoded}");
+                before[sym as usize] += 1;
                 let lane = loaded.decoded_lane(i);
                 assert_eq!(lane, decoded.then_some(lanes[i]), "decoded_lane({i}), decoded {decoded}");
             }
