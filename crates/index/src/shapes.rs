@@ -271,9 +271,20 @@ impl ShapeView<'_, '_> {
 /// are its group's shapes in order: the permutation from grouped to time order, without decoding the lane
 /// sequence itself).
 fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Timed {
-    let mut scratch = DecodeScratch::default();
+    thread_local! {
+        // The decoding's working memory (8 bytes a packet), kept by each thread for the next chunk it decodes:
+        // fresh memory costs a page fault a page here, more than the decoding's passes over it.
+        static SCRATCH: std::cell::RefCell<DecodeScratch> = std::cell::RefCell::new(DecodeScratch::default());
+    }
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut scratch) => decode_in_time_order(tree, starts, lanes, &mut scratch),
+        Err(_) => decode_in_time_order(tree, starts, lanes, &mut DecodeScratch::default()),
+    })
+}
+
+fn decode_in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>, scratch: &mut DecodeScratch) -> Timed {
     let mut grouped = vec![0u16; tree.len()];
-    tree.for_each_symbol_in(&mut scratch, |c, positions| {
+    tree.for_each_symbol_in(scratch, |c, positions| {
         for &j in positions {
             grouped[j as usize] = c as u16;
         }
@@ -281,7 +292,7 @@ fn in_time_order(tree: &RrrHuffman<'_>, starts: &[u32], lanes: &Tree<'_>) -> Tim
     let mut timed = vec![0u16; lanes.len()];
     let mut lane = vec![0u32; lanes.len()];
     match lanes {
-        Tree::Huffman(t) => t.for_each_symbol_in(&mut scratch, |s, packets| {
+        Tree::Huffman(t) => t.for_each_symbol_in(scratch, |s, packets| {
             let from = starts.get(s as usize).map_or(grouped.len(), |&a| a as usize);
             for (&i, &c) in packets.iter().zip(grouped.get(from..).unwrap_or_default()) {
                 timed[i as usize] = c;
