@@ -12,7 +12,7 @@
 
 use std::io::{self, Write};
 
-use crate::bits::{BitBuf, select_in_word};
+use crate::bits::{BitBuf, read_bits, select_in_word};
 use crate::error::Error;
 use crate::format::{BitVectorCodec, DecodeBitVector, Reader, Writer, array_words, kind};
 use crate::rank_select::{BitVector, BuildBitVector};
@@ -381,14 +381,9 @@ impl<W: Words> BitVector for RsBitVector<W> {
         let mut out = BitBuf::with_capacity(r - l);
         let mut i = l;
         while i < r {
-            let k = (r - i).min(64);
-            let (w, sh) = (i / 64, i % 64);
-            let mut x = self.word(w) >> sh;
-            if sh != 0 && sh + k > 64 {
-                x |= self.word(w + 1) << (64 - sh);
-            }
-            out.push_bits(x, k as u32);
-            i += k;
+            let k = (r - i).min(64) as u32;
+            out.push_bits(read_bits(&self.bits, i, k), k);
+            i += k as usize;
         }
         out
     }
