@@ -107,6 +107,18 @@ impl<'a> Shapes<'a> {
     }
 }
 
+/// A version 6 sequence is decoded into time order once a query reads the shapes of more than one packet in this
+/// many (a lookup through the lanes and the RRR tree costs about as much as decoding this many packets).
+const DECODE_FROM: usize = 32;
+
+/// The shape of the packet with lane symbol `sym` and `rank` occurrences of it before it, in a grouped sequence
+/// (`None` where they place none, which only a damaged index does).
+fn grouped_at(tree: &RrrHuffman<'_>, starts: &[u32], sym: u32, rank: usize) -> Option<u32> {
+    let (a, b) = (*starts.get(sym as usize)? as usize, *starts.get(sym as usize + 1)? as usize);
+    let j = a + rank;
+    (j < b).then(|| tree.access(j))
+}
+
 /// A shape sequence with what it needs to answer by packet position.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ShapeView<'v, 'a> {
@@ -124,11 +136,8 @@ impl ShapeView<'_, '_> {
         match (&self.shapes.order, self.lanes) {
             (Order::Time(t), _) => Some(t.access(i)),
             (Order::Lanes { tree, starts, .. }, Some(lanes)) => {
-                let (s, rank) = lanes.access_rank(i);
-                let s = s as usize;
-                let (a, b) = (*starts.get(s)? as usize, *starts.get(s + 1)? as usize);
-                let j = a + rank;
-                (j < b).then(|| tree.access(j))
+                let (sym, rank) = lanes.access_rank(i);
+                grouped_at(tree, starts, sym, rank)
             }
             (Order::Lanes { .. }, None) => None,
         }
@@ -143,11 +152,7 @@ impl ShapeView<'_, '_> {
         }
         match &self.shapes.order {
             Order::Time(t) => (i < t.len()).then(|| t.access(i)),
-            Order::Lanes { tree, starts, .. } => {
-                let (a, b) = (*starts.get(sym as usize)? as usize, *starts.get(sym as usize + 1)? as usize);
-                let j = a + rank;
-                (j < b).then(|| tree.access(j))
-            }
+            Order::Lanes { tree, starts, .. } => grouped_at(tree, starts, sym, rank),
         }
     }
 
@@ -156,7 +161,7 @@ impl ShapeView<'_, '_> {
     /// each lookup through the lanes and the RRR tree).
     pub(crate) fn expect(&self, reads: usize) {
         if let (Order::Lanes { tree, starts, timed }, Some(lanes)) = (&self.shapes.order, self.lanes)
-            && reads.saturating_mul(32) > lanes.len()
+            && reads.saturating_mul(DECODE_FROM) > lanes.len()
         {
             timed.get_or_init(|| in_time_order(tree, starts, lanes));
         }
@@ -233,7 +238,7 @@ impl ShapeView<'_, '_> {
             }
             // Many: the shapes in time order, decoded once (a few nanoseconds a packet), scanned.
             (Order::Lanes { tree, starts, timed }, Some(lanes))
-                if timed.get().is_some() || total.saturating_mul(32) > r - l =>
+                if timed.get().is_some() || total.saturating_mul(DECODE_FROM) > r - l =>
             {
                 let t = &timed.get_or_init(|| in_time_order(tree, starts, lanes)).shapes;
                 out.extend((l..r).filter(|&i| ok(u32::from(t[i]))).map(|i| i as u32));
