@@ -397,7 +397,20 @@ pub struct ChunkView<'a> {
     /// What the last selection driven by keys learnt of the packets it found, by position: checking their
     /// shapes, and their keys when they are read, then needs no walk of the lane sequence. These are facts of
     /// the index, so a later query may use them whatever it selects.
-    selected: Mutex<Arc<Vec<Known>>>,
+    selected: Mutex<Vec<Known>>,
+}
+
+/// What deciding one packet has looked up so far, each at most once: what selecting by key learnt of it, and its key.
+#[derive(Default)]
+struct Memo {
+    known: Option<Option<Known>>,
+    key: Option<Option<usize>>,
+}
+
+impl Memo {
+    fn known(&mut self, chunk: &ChunkView<'_>, i: usize) -> Option<Known> {
+        *self.known.get_or_insert_with(|| chunk.known(i))
+    }
 }
 
 /// A packet found through its key: its position in the chunk, its key, its lane symbol and the occurrences of that
@@ -478,7 +491,7 @@ impl<'a> ChunkView<'a> {
             t_max: e.t_max,
             cache: Mutex::new(Vec::new()),
             totals: OnceLock::new(),
-            selected: Mutex::new(Arc::new(Vec::new())),
+            selected: Mutex::new(Vec::new()),
         })
     }
 
@@ -557,9 +570,10 @@ impl<'a> ChunkView<'a> {
         Ok(())
     }
 
-    /// The key (`2·row + direction`) of packet `i` (`None`: a damaged lane sequence names no flow).
-    fn key_of_packet(&self, i: usize) -> Result<Option<usize>, Damage> {
-        if let Some(k) = self.known(i) {
+    /// The key (`2·row + direction`) of packet `i` (`None`: a damaged lane sequence names no flow); `known`:
+    /// what selecting by key learnt of it ([`known`](Self::known)).
+    fn key_of_packet(&self, i: usize, known: Option<Known>) -> Result<Option<usize>, Damage> {
+        if let Some(k) = known {
             return Ok(Some(k.key as usize));
         }
         let flows = self.flows()?;
@@ -572,17 +586,18 @@ impl<'a> ChunkView<'a> {
         Ok(flows.row_at(lane, i).map(|r| 2 * r + dir))
     }
 
-    /// What selecting by key learnt of packet `i`, if it found it.
+    /// What selecting by key learnt of packet `i`, if it found it (looked up once per packet by the callers of
+    /// [`key_of_packet`](Self::key_of_packet) and [`shape_at`](Self::shape_at)).
     fn known(&self, i: usize) -> Option<Known> {
-        let selected = self.selected.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let selected = self.selected.lock().unwrap_or_else(|e| e.into_inner());
         selected.binary_search_by_key(&(i as u32), |k| k.pos).ok().map(|at| selected[at])
     }
 
     /// The shape of packet `i` (`None` only where a damaged index places none): through its lane symbol and rank
-    /// when selecting by key found them.
-    fn shape_at(&self, i: usize) -> Result<Option<u32>, Damage> {
+    /// when selecting by key found them (`known`).
+    fn shape_at(&self, i: usize, known: Option<Known>) -> Result<Option<u32>, Damage> {
         let view = self.shapes()?;
-        if let Some(k) = self.known(i)
+        if let Some(k) = known
             && let Some(s) = view.at_lane(i, k.sym, k.rank as usize)
         {
             return Ok(Some(s));
@@ -597,12 +612,13 @@ impl<'a> ChunkView<'a> {
         if !(lo..=hi).contains(&ts) {
             return Ok(false);
         }
-        let Some(k) = self.key_of_packet(i)? else { return Ok(false) };
+        let known = self.known(i);
+        let Some(k) = self.key_of_packet(i, known)? else { return Ok(false) };
         if !self.keys.is_key_of(k, fields)? {
             return Ok(false);
         }
         if self.shapes.loaded().is_some() {
-            return Ok(self.shape_at(i)? == Some(shape_of(flags_code(fields), len_class(wirelen))));
+            return Ok(self.shape_at(i, known)? == Some(shape_of(flags_code(fields), len_class(wirelen))));
         }
         Ok(true)
     }
@@ -907,24 +923,30 @@ impl<'a> ChunkView<'a> {
     }
 
     /// Whether packet `i` may satisfy `prep` (`truth` answers time predicates for its page).
-    fn may(&self, prep: &Prep, i: usize, truth: &[bool], key: &mut Option<Option<usize>>) -> Result<bool, Damage> {
+    fn may(&self, prep: &Prep, i: usize, truth: &[bool], memo: &mut Memo) -> Result<bool, Damage> {
         Ok(match prep {
             Prep::All => true,
             Prep::Time(t) => truth.get(*t).is_none_or(|t| *t),
             // A packet whose lane names no flow (only a damaged sequence has one) may match: it is read and then
             // refused as not the packet the index describes.
             Prep::Keys(t) => {
-                let k = match key {
-                    Some(k) => *k,
-                    None => *key.insert(self.key_of_packet(i)?),
+                let k = match memo.key {
+                    Some(k) => k,
+                    None => {
+                        let known = memo.known(self, i);
+                        *memo.key.insert(self.key_of_packet(i, known)?)
+                    }
                 };
                 k.is_none_or(|k| k >= t.len() || t.contains(k))
             }
             // A packet the shapes do not place (only a damaged index has one) may match: it is read and checked.
-            Prep::Shapes(t) => self.shape_at(i)?.is_none_or(|s| t.get(s as usize).copied().unwrap_or(false)),
+            Prep::Shapes(t) => {
+                let known = memo.known(self, i);
+                self.shape_at(i, known)?.is_none_or(|s| t.get(s as usize).copied().unwrap_or(false))
+            }
             Prep::And(v) => {
                 for p in v {
-                    if !self.may(p, i, truth, key)? {
+                    if !self.may(p, i, truth, memo)? {
                         return Ok(false);
                     }
                 }
@@ -932,7 +954,7 @@ impl<'a> ChunkView<'a> {
             }
             Prep::Or(v) => {
                 for p in v {
-                    if self.may(p, i, truth, key)? {
+                    if self.may(p, i, truth, memo)? {
                         return Ok(true);
                     }
                 }
@@ -982,7 +1004,7 @@ impl<'a> ChunkView<'a> {
                 // (Several drives, under an `or`, each append theirs in order.)
                 known.sort_unstable_by_key(|k| k.pos);
                 known.dedup_by_key(|k| k.pos);
-                *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(known);
+                *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = known;
             }
             match driven {
                 Some(v) if leaf => out.extend(v),
@@ -991,7 +1013,7 @@ impl<'a> ChunkView<'a> {
                         self.shapes()?.expect(v.len());
                     }
                     for i in v {
-                        if self.may(&prep, i as usize, &truth, &mut None)? {
+                        if self.may(&prep, i as usize, &truth, &mut Memo::default())? {
                             out.push(i);
                         }
                     }
@@ -1001,7 +1023,7 @@ impl<'a> ChunkView<'a> {
                         self.shapes()?.expect(r - l);
                     }
                     for i in l..r {
-                        if self.may(&prep, i, &truth, &mut None)? {
+                        if self.may(&prep, i, &truth, &mut Memo::default())? {
                             out.push(i as u32);
                         }
                     }
@@ -1075,8 +1097,9 @@ impl<'a> ChunkView<'a> {
         }
         for i in candidates {
             let i_us = i as usize;
-            let key_known = self.key_of_packet(i_us)?.is_some_and(|k| known.contains(k));
-            let shape = if shapes.is_some() { self.shape_at(i_us)? } else { None };
+            let facts = self.known(i_us);
+            let key_known = self.key_of_packet(i_us, facts)?.is_some_and(|k| known.contains(k));
+            let shape = if shapes.is_some() { self.shape_at(i_us, facts)? } else { None };
             let ok = key_known
                 && (!reads_flags || shape.is_some_and(|s| s / 8 != 1))
                 && lens_preds.iter().all(|p| shape.is_some_and(|s| class_decided(s % 8, p)))
