@@ -497,3 +497,57 @@ fn pread_reads_what_the_mapping_reads() {
     println!("pread and mapping: {compared} packets read both ways, equal ({big_blocks} blocks past 16 KiB)");
     assert!(compared > 10_000 && big_blocks > 0);
 }
+
+/// Through the binary, a needle query (few packets: read by `pread`, written at precomputed offsets to a file or
+/// in order to standard output) writes the scan's packets, and with `--limit N` the first N of them, as `tcpdump
+/// -c N` does: limits inside the matches of one piece, at a piece's end, past all of them.
+#[test]
+fn needle_queries_keep_the_first_matches_under_a_limit() {
+    let tcpdump = tool("tcpdump");
+    let tmp = TempDir::new("index-needle-limit");
+    let trace = tmp.join("gen.pcap");
+    let (bytes, _) = generate(Vec::new(), &GenOptions { packets: 30_000, ..GenOptions::default() }).unwrap();
+    std::fs::write(&trace, bytes).unwrap();
+    assert!(pcaptool(&["index", p(&trace), "--chunk-packets", "2048"]).status.success());
+    let mut checked = 0;
+    for f in ["arp", "icmp", "udp port 123"] {
+        let full = tmp.join("scan.pcap");
+        assert!(pcaptool(&["query", "--scan", p(&trace), f, "-w", p(&full)]).status.success());
+        let all = records(&full);
+        // A needle: the index reads fewer than one block in eight (the `pread` path).
+        let ex = pcaptool(&["query", p(&trace), f, "--explain", "--json"]);
+        let ex: serde_json::Value = serde_json::from_slice(&ex.stdout).unwrap();
+        let to_read = ex["index"]["trace_bytes_to_read"].as_u64().unwrap();
+        assert!(to_read > 0 && to_read * 8 < std::fs::metadata(&trace).unwrap().len(), "`{f}` is not a needle");
+        for limit in [None, Some(1), Some(all.len() / 2), Some(all.len()), Some(all.len() + 10)] {
+            let want = &all[..limit.unwrap_or(all.len()).min(all.len())];
+            let n = limit.map(|l| l.to_string());
+            let mut args = vec!["query", p(&trace), f];
+            if let Some(n) = &n {
+                args.extend(["--limit", n.as_str()]);
+            }
+            let file = tmp.join("needle.pcap");
+            let out = pcaptool(&[&args[..], &["-w", p(&file)]].concat());
+            assert!(out.status.success(), "`{f}` --limit {n:?}: {}", err(&out));
+            let got = records(&file);
+            assert!(
+                got == want,
+                "`{f}` --limit {n:?}, -w FILE: {} packets, the scan's first {}",
+                got.len(),
+                want.len()
+            );
+            let piped = pcaptool(&[&args[..], &["-w", "-"]].concat());
+            assert!(piped.status.success(), "`{f}` --limit {n:?}: {}", err(&piped));
+            assert!(piped.stdout == std::fs::read(&file).unwrap(), "`{f}` --limit {n:?}: -w - and -w FILE differ");
+            if let (Some(tcpdump), Some(n)) = (&tcpdump, &n) {
+                let t = tmp.join("tcpdump.pcap");
+                let st = Command::new(tcpdump).args(["-r", p(&trace), "-c", n, "-w", p(&t), f]).output().unwrap();
+                assert!(st.status.success());
+                let theirs = records(&t);
+                assert!(got == theirs, "`{f}` --limit {n}: {} packets, tcpdump -c {n}: {}", got.len(), theirs.len());
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 15);
+}

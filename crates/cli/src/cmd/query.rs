@@ -502,15 +502,25 @@ fn emit(
     Ok(left == 0)
 }
 
-/// Records copied out of a reused read buffer, kept until they are written.
-#[derive(Default)]
+/// Records copied out of a reused read buffer, kept until they are written. For a [`Positional`] output each
+/// record's data follows 16 bytes left for its pcap record header, so that the arena's bytes become the output's
+/// bytes in place and go out in one write (a second buffer would cost a copy and its fresh pages).
 struct Arena {
     data: Vec<u8>,
     records: Vec<(Record<'static>, std::ops::Range<usize>)>,
+    /// Whether each record has room for its header before it.
+    headed: bool,
 }
 
 impl Arena {
+    fn new(headed: bool) -> Arena {
+        Arena { data: Vec::new(), records: Vec::new(), headed }
+    }
+
     fn push(&mut self, rec: &Record<'_>) {
+        if self.headed {
+            self.data.extend_from_slice(&[0; 16]);
+        }
         let start = self.data.len();
         self.data.extend_from_slice(rec.data);
         let meta = Record {
@@ -526,9 +536,38 @@ impl Arena {
         self.records.push((meta, start..self.data.len()));
     }
 
+    /// Keeps the first `n` records.
+    fn truncate(&mut self, n: usize) {
+        self.records.truncate(n);
+        self.data.truncate(self.records.last().map_or(0, |(_, r)| r.end));
+    }
+
     fn records(&self) -> Vec<Record<'_>> {
         self.records.iter().map(|(m, r)| Record { data: &self.data[r.clone()], ..*m }).collect()
     }
+}
+
+/// [`emit`] for arenas: those of a [`Positional`] output are written as they are, with their headers filled in.
+fn emit_arenas(
+    mut arenas: Vec<Arena>,
+    out: Option<&mut TraceWriter<Box<dyn Write>>>,
+    positional: Option<&mut Positional>,
+    ifaces: &[Interface],
+    limit: u64,
+    stats: &mut Stats,
+) -> anyhow::Result<bool> {
+    let Some(p) = positional else {
+        let lists = arenas.iter().map(Arena::records).collect();
+        return emit(lists, out, None, ifaces, limit, stats);
+    };
+    let mut left = limit - stats.matched;
+    for a in &mut arenas {
+        a.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+        left -= a.records.len() as u64;
+    }
+    stats.matched = limit - left;
+    p.write_arenas(&mut arenas).context("cannot write the output")?;
+    Ok(left == 0)
 }
 
 /// A pcap output written at precomputed offsets: each wave of chunks' matches is sized first, then every chunk's
@@ -546,6 +585,26 @@ impl Positional {
         let header = TraceWriter::new(Vec::new(), OutputFormat::Pcap(precision))?.finish(ifaces)?;
         file.write_all_at(&header, 0)?;
         Ok(Positional { file, precision, next: header.len() as u64 })
+    }
+
+    /// Writes headed arenas (see [`Arena`]) one after another, each in one write by its own thread.
+    fn write_arenas(&mut self, arenas: &mut [Arena]) -> anyhow::Result<()> {
+        let mut starts = Vec::with_capacity(arenas.len());
+        for a in arenas.iter() {
+            starts.push(self.next);
+            self.next += a.data.len() as u64;
+        }
+        let file = &self.file;
+        let precision = self.precision;
+        arenas.par_iter_mut().zip(starts).try_for_each(|(a, at)| -> anyhow::Result<()> {
+            anyhow::ensure!(a.headed, "an arena without room for its records' headers");
+            for (m, r) in &a.records {
+                let h = pcap_record_header(precision, m.ts_ns, m.wirelen, r.len())?;
+                a.data[r.start - 16..r.start].copy_from_slice(&h);
+            }
+            file.write_all_at(&a.data, at)?;
+            Ok(())
+        })
     }
 
     fn write(&mut self, lists: &[Vec<Record<'_>>]) -> anyhow::Result<()> {
@@ -692,6 +751,11 @@ pub(crate) fn open_index(trace: &std::path::Path, reader: &TraceReader) -> anyho
     Ok(Some(file))
 }
 
+thread_local! {
+    /// A thread's buffer for reading the trace's blocks with `pread` ([`IndexView::read_packets_at`]).
+    static WINDOW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Reads the packets the index selected and writes those the filter matches, in trace order.
 fn indexed(
     reader: &mut TraceReader,
@@ -727,22 +791,27 @@ fn indexed(
         let per_wave = (rayon::current_num_threads().max(1) * 64).max(1);
         for wave in pieces.chunks(per_wave) {
             let done = if let Some(tf) = &trace_file {
+                let headed = positional.is_some();
                 let arenas = wave
                     .par_iter()
                     .map(|(ci, positions)| {
-                        let (mut arena, mut window) = (Arena::default(), Vec::new());
-                        view.read_packets_at(tf, &seeker, &args.trace, *ci, positions, &mut window, &mut |_, rec| {
-                            let rec = cut(rec, snap);
-                            if decide(&rec) {
-                                arena.push(&rec);
-                            }
-                            Ok(())
+                        let mut arena = Arena::new(headed);
+                        // Each thread keeps its read buffer from piece to piece (fresh pages cost more than
+                        // the reads they would hold).
+                        WINDOW.with_borrow_mut(|window| {
+                            view.read_packets_at(tf, &seeker, &args.trace, *ci, positions, window, &mut |_, rec| {
+                                let rec = cut(rec, snap);
+                                if decide(&rec) {
+                                    arena.push(&rec);
+                                }
+                                Ok(())
+                            })
                         })?;
                         Ok(arena)
                     })
                     .collect::<Result<Vec<Arena>, pcaptool_index::IndexError>>()?;
-                let lists = arenas.iter().map(Arena::records).collect();
-                emit(lists, out.as_deref_mut(), positional.as_deref_mut(), seeker.interfaces(), limit, &mut stats)?
+                let (out, positional) = (out.as_deref_mut(), positional.as_deref_mut());
+                emit_arenas(arenas, out, positional, seeker.interfaces(), limit, &mut stats)?
             } else {
                 let lists = wave
                     .par_iter()
