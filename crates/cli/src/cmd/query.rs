@@ -796,9 +796,7 @@ fn indexed(
                     .par_iter()
                     .map(|(ci, positions)| {
                         let mut arena = Arena::new(headed);
-                        // Each thread keeps its read buffer from piece to piece (fresh pages cost more than
-                        // the reads they would hold).
-                        WINDOW.with_borrow_mut(|window| {
+                        let mut read = |window: &mut Vec<u8>| {
                             view.read_packets_at(tf, &seeker, &args.trace, *ci, positions, window, &mut |_, rec| {
                                 let rec = cut(rec, snap);
                                 if decide(&rec) {
@@ -806,6 +804,12 @@ fn indexed(
                                 }
                                 Ok(())
                             })
+                        };
+                        // Each thread keeps its read buffer from piece to piece (fresh pages cost more than the
+                        // reads they would hold); a fresh one should the thread's be in use already.
+                        WINDOW.with(|w| match w.try_borrow_mut() {
+                            Ok(mut window) => read(&mut window),
+                            Err(_) => read(&mut Vec::new()),
                         })?;
                         Ok(arena)
                     })
