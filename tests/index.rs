@@ -145,10 +145,7 @@ fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
 fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
     let tcpdump = tool("tcpdump");
     let tmp = TempDir::new("index-e2e");
-    let gen_path = tmp.join("gen.pcap");
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets: 30_000, ..GenOptions::default() }).unwrap();
-    std::fs::write(&gen_path, bytes).unwrap();
-    let mut files = vec![gen_path];
+    let mut files = vec![gen_packets(&tmp, "gen.pcap", 30_000, 1)];
     files.extend(traces(50));
     let filters: Vec<String> = table().into_iter().step_by(7).collect();
     let (mut compared, mut used_index, mut with_tcpdump, mut counted_from_index) = (0, 0, 0, 0);
@@ -208,8 +205,13 @@ fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
 }
 
 fn gen_trace(dir: &TempDir, name: &str, seed: u64) -> PathBuf {
+    gen_packets(dir, name, 5_000, seed)
+}
+
+/// A generated trace of `packets` packets from `seed`, written as `name` in `dir`.
+fn gen_packets(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
     let path = dir.join(name);
-    let opt = GenOptions { packets: 5_000, seed, ..GenOptions::default() };
+    let opt = GenOptions { packets, seed, ..GenOptions::default() };
     let (bytes, _) = generate(Vec::new(), &opt).unwrap();
     std::fs::write(&path, bytes).unwrap();
     path
@@ -505,9 +507,7 @@ fn pread_reads_what_the_mapping_reads() {
 fn needle_queries_keep_the_first_matches_under_a_limit() {
     let tcpdump = tool("tcpdump");
     let tmp = TempDir::new("index-needle-limit");
-    let trace = tmp.join("gen.pcap");
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets: 30_000, ..GenOptions::default() }).unwrap();
-    std::fs::write(&trace, bytes).unwrap();
+    let trace = gen_packets(&tmp, "gen.pcap", 30_000, 1);
     assert!(pcaptool(&["index", p(&trace), "--chunk-packets", "2048"]).status.success());
     let mut checked = 0;
     for f in ["arp", "icmp", "udp port 123"] {

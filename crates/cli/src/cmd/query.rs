@@ -486,12 +486,10 @@ fn emit(
     limit: u64,
     stats: &mut Stats,
 ) -> anyhow::Result<bool> {
-    let mut left = limit - stats.matched;
-    for l in &mut lists {
-        l.truncate(usize::try_from(left).unwrap_or(usize::MAX));
-        left -= l.len() as u64;
-    }
-    stats.matched = limit - left;
+    let done = keep_first(&mut lists, limit, stats, |l, n| {
+        l.truncate(n);
+        l.len()
+    });
     if let Some(p) = positional {
         p.write(&lists).context("cannot write the output")?;
     } else if let Some(w) = out {
@@ -499,7 +497,18 @@ fn emit(
             w.write(rec, ifaces).context("cannot write the output")?;
         }
     }
-    Ok(left == 0)
+    Ok(done)
+}
+
+/// Cuts consecutive lists of matches to `limit` matches in all, counted in `stats` (`keep` keeps a list's first
+/// `n` and says how many it holds); true when the limit is reached.
+fn keep_first<T>(lists: &mut [T], limit: u64, stats: &mut Stats, mut keep: impl FnMut(&mut T, usize) -> usize) -> bool {
+    let mut left = limit - stats.matched;
+    for l in lists {
+        left -= keep(l, usize::try_from(left).unwrap_or(usize::MAX)) as u64;
+    }
+    stats.matched = limit - left;
+    left == 0
 }
 
 /// Records copied out of a reused read buffer, kept until they are written. For a [`Positional`] output each
@@ -536,10 +545,11 @@ impl Arena {
         self.records.push((meta, start..self.data.len()));
     }
 
-    /// Keeps the first `n` records.
-    fn truncate(&mut self, n: usize) {
+    /// Keeps the first `n` records; returns how many it holds.
+    fn truncate(&mut self, n: usize) -> usize {
         self.records.truncate(n);
         self.data.truncate(self.records.last().map_or(0, |(_, r)| r.end));
+        self.records.len()
     }
 
     fn records(&self) -> Vec<Record<'_>> {
@@ -560,14 +570,9 @@ fn emit_arenas(
         let lists = arenas.iter().map(Arena::records).collect();
         return emit(lists, out, None, ifaces, limit, stats);
     };
-    let mut left = limit - stats.matched;
-    for a in &mut arenas {
-        a.truncate(usize::try_from(left).unwrap_or(usize::MAX));
-        left -= a.records.len() as u64;
-    }
-    stats.matched = limit - left;
+    let done = keep_first(&mut arenas, limit, stats, Arena::truncate);
     p.write_arenas(&mut arenas).context("cannot write the output")?;
-    Ok(left == 0)
+    Ok(done)
 }
 
 /// A pcap output written at precomputed offsets: each wave of chunks' matches is sized first, then every chunk's
