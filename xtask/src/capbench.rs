@@ -27,7 +27,7 @@ use crate::{build_pcaptool, root};
 
 /// CPU seconds (user + system) this process's threads have used, from each one's /proc schedstat (nanoseconds
 /// on the CPU; /proc/self/stat counts in ticks of 10 ms, 3% of a pass here).
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     threads_cpu_seconds("self")
 }
 
@@ -53,7 +53,7 @@ fn machine_jiffies() -> (u64, u64) {
 }
 
 /// CPU and wall seconds since `c0` (from [`cpu_seconds`]) and `t0`.
-fn since(c0: f64, t0: Instant) -> (f64, f64) {
+pub(crate) fn since(c0: f64, t0: Instant) -> (f64, f64) {
     (cpu_seconds() - c0, t0.elapsed().as_secs_f64())
 }
 
@@ -127,17 +127,26 @@ pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
             reused[k / 2],
             264.0,
         );
+        // The design's floor beside it: the same layout with no index at all (crate::floor).
+        let mut floor = crate::floor::passes(&store_dir, &frames, every, REUSED as usize)?[1..].to_vec();
+        let _ = std::fs::remove_dir_all(&store_dir);
+        floor.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let k = floor.len();
+        row(&format!("floor model: the same layout, no index, {what} (best of {k})"), floor[0], 264.0);
+        row(&format!("floor model: the same layout, no index, {what} (median of {k})"), floor[k / 2], 264.0);
     }
     println!();
     Ok(())
 }
+
+/// Passes over reused buffers after the first, in each row of the pipeline from memory.
+const REUSED: u64 = 5;
 
 /// Pushes `frames` into a new store in `dir` (removed afterwards) again and again, timestamps going on, closing
 /// the segments every `every` packets; returns each pass's CPU and wall seconds. The first pass also allocates
 /// and faults in the writer's buffers, the later ones reuse them, as a capture does after its first segment;
 /// this machine's noise moves one pass by a tenth, so there are several.
 fn store_passes(dir: &Path, frames: &[Vec<u8>], every: usize) -> anyhow::Result<Vec<(f64, f64)>> {
-    const REUSED: u64 = 5;
     let _ = std::fs::remove_dir_all(dir);
     let mut store = Store::create(dir)?;
     let meta = StoreMeta {

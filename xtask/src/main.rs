@@ -5,6 +5,7 @@
 
 mod bench;
 mod capbench;
+mod floor;
 
 use std::fs::File;
 use std::io::BufWriter;
