@@ -6,7 +6,8 @@
 //!   pcap file; CPU time per packet, in cycles at the nominal clock (this machine has no cycle counter), against
 //!   n2disk's 149 cycles per packet to dump and 264 to dump and index, and 10GbE line rate (14.88 Mpps); once
 //!   with one segment per pass, once closing a segment every 500,000 packets (as a capture at 100,000
-//!   packets/s does every 5 s).
+//!   packets/s does every 5 s). Beside each, the same frames through a bare model of the store's layout with
+//!   no index (crate::floor): the floor of the design on this machine.
 //! - Zero drops at the generator's highest rate: tcpreplay --topspeed of 64-byte and 512-byte frames into the
 //!   veth pair, `pcaptool capture` (AF_PACKET, indexing on) and `tcpdump -w` on the other end.
 //! - Whole-machine CPU time per captured packet at a fixed rate, from /proc/stat (most of the work is the
