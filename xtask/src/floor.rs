@@ -123,7 +123,7 @@ struct Model {
     table: Table,
     arena: Vec<u8>,
     used: usize,
-    /// Per packet in the arena: its flow's slot (low 24 bits) and where its record starts.
+    /// Per packet in the arena: its flow's slot (low 24 bits) and where its record starts (40 bits).
     items: Vec<u64>,
     counts: Vec<u32>,
     sorted: Vec<u32>,
@@ -131,8 +131,11 @@ struct Model {
 }
 
 impl Model {
-    fn push(&mut self, ts_ns: u64, wirelen: u32, data: &[u8], slot: u32) {
+    fn push(&mut self, ts_ns: u64, wirelen: u32, data: &[u8], slot: u32) -> anyhow::Result<()> {
         let need = 16 + data.len();
+        if slot >> 24 != 0 || (self.used + need) >> 40 != 0 {
+            anyhow::bail!("the floor model holds at most 2^24 flows and 1 TiB a segment");
+        }
         if self.arena.len() - self.used < need {
             self.arena.resize((self.arena.len() * 2).max(self.used + need).max(1 << 16), 0xa5);
         }
@@ -145,6 +148,7 @@ impl Model {
         r[16..].copy_from_slice(data);
         self.items.push(u64::from(slot) | (at as u64) << 24);
         self.used += need;
+        Ok(())
     }
 
     /// Writes the open segment's records to `path` in flow order, and empties it.
@@ -215,7 +219,8 @@ fn open(path: &Path) -> anyhow::Result<(File, bool)> {
 
 /// Pushes `frames` through the model again and again (as `store_passes` pushes them through the store),
 /// closing every `every` packets into a file in `dir` (removed afterwards); returns each pass's CPU and wall
-/// seconds. The flow table starts empty at each close, as a segment's slots do.
+/// seconds. The flow table is kept from close to close, as the store's flow tracker is, and a flow's slot is
+/// numbered anew in each segment, as a segment writer's are.
 pub(crate) fn passes(dir: &Path, frames: &[Vec<u8>], every: usize, reused: usize) -> anyhow::Result<Vec<(f64, f64)>> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("floor.bin");
@@ -253,7 +258,7 @@ pub(crate) fn passes(dir: &Path, frames: &[Vec<u8>], every: usize, reused: usize
                     (_, None) => 0,
                 };
                 let k = (pass * n + j * every + i) as u64;
-                m.push(1_700_000_000_000_000_000 + k * 67, 64, f, slot);
+                m.push(1_700_000_000_000_000_000 + k * 67, 64, f, slot)?;
             }
             m.close(&path)?;
         }
@@ -307,7 +312,7 @@ mod tests {
         for (i, f) in frames.iter().enumerate() {
             let key = plain_flow(LinkType::ETHERNET, f).unwrap().tuple;
             let slot = m.table.slot(Table::hash(&key), &key);
-            m.push(i as u64 * 1_000_000_001, 64, f, slot);
+            m.push(i as u64 * 1_000_000_001, 64, f, slot).unwrap();
         }
         let path = dir.join("check.bin");
         m.close(&path).unwrap();
