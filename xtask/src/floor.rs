@@ -131,6 +131,18 @@ struct Model {
 }
 
 impl Model {
+    fn new() -> Model {
+        Model {
+            table: Table::new(),
+            arena: Vec::new(),
+            used: 0,
+            items: Vec::new(),
+            counts: Vec::new(),
+            sorted: Vec::new(),
+            stage: Vec::new(),
+        }
+    }
+
     fn push(&mut self, ts_ns: u64, wirelen: u32, data: &[u8], slot: u32) -> anyhow::Result<()> {
         let need = 16 + data.len();
         if slot >> 24 != 0 || (self.used + need) >> 40 != 0 {
@@ -224,15 +236,7 @@ fn open(path: &Path) -> anyhow::Result<(File, bool)> {
 pub(crate) fn passes(dir: &Path, frames: &[Vec<u8>], every: usize, reused: usize) -> anyhow::Result<Vec<(f64, f64)>> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("floor.bin");
-    let mut m = Model {
-        table: Table::new(),
-        arena: Vec::new(),
-        used: 0,
-        items: Vec::new(),
-        counts: Vec::new(),
-        sorted: Vec::new(),
-        stage: Vec::new(),
-    };
+    let mut m = Model::new();
     let n = frames.len();
     // Each frame's flow is read once, AHEAD packets before its push, and its table slot starts loading then.
     let read = |t: &Table, f: &[u8]| {
@@ -300,15 +304,7 @@ mod tests {
         for every in [5, 10] {
             passes(&dir, &frames, every, 0).unwrap();
         }
-        let mut m = Model {
-            table: Table::new(),
-            arena: Vec::new(),
-            used: 0,
-            items: Vec::new(),
-            counts: Vec::new(),
-            sorted: Vec::new(),
-            stage: Vec::new(),
-        };
+        let mut m = Model::new();
         for (i, f) in frames.iter().enumerate() {
             let key = plain_flow(LinkType::ETHERNET, f).unwrap().tuple;
             let slot = m.table.slot(Table::hash(&key), &key);
