@@ -293,27 +293,47 @@ fn imports_flows_info_and_retention() {
     assert!(segments >= 4, "{info}");
     let data = info["data_bytes"].as_u64().unwrap();
 
-    // Retention: a third import with --max-size keeps the newest segments within the bound.
-    let o = pcaptool(&[
-        "import",
-        p(&a),
-        "--store",
-        p(&dir),
-        "--segment-size",
-        "256K",
-        "--max-size",
-        &(data / 2).to_string(),
-    ]);
+    // A trace the store holds whole is not imported again, unless asked.
+    let o = pcaptool(&["import", p(&a), "--store", p(&dir)]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("is in the store already") && err(&o).contains("--allow-duplicates"), "{}", err(&o));
+
+    // Retention: a third import with --max-size removes the oldest segments, and keeps the store within it.
+    let c = gen_trace(&tmp, "c.pcap", 3_000, 3);
+    let size_arg = (data / 2).to_string();
+    let o = pcaptool(&["import", p(&c), "--store", p(&dir), "--segment-size", "256K", "--max-size", &size_arg]);
     assert!(o.status.success(), "{}", err(&o));
     let info: serde_json::Value = serde_json::from_slice(&pcaptool(&["info", p(&dir), "--json"]).stdout).unwrap();
     let after = info["data_bytes"].as_u64().unwrap() + info["index_bytes"].as_u64().unwrap();
     assert!(after <= data / 2, "{info}");
-    assert!(info["packets"].as_u64().unwrap() > 0);
+    let count = |filter: &str| -> u64 {
+        let o = pcaptool(&["query", p(&dir), filter, "--count"]);
+        assert!(o.status.success(), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    };
+    assert!(count("") >= 3_000, "the new import's packets are kept");
+
+    // A --max-size smaller than what a new import adds keeps all of the new import, and says so.
+    let d = gen_trace(&tmp, "d.pcap", 3_000, 4);
+    let o = pcaptool(&["import", p(&d), "--store", p(&dir), "--segment-size", "256K", "--max-size", "100K"]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("more than --max-size") && err(&o).contains("kept"), "{}", err(&o));
+    assert_eq!(count(""), 3_000, "the store holds all of the last import, and only it");
+    let o = pcaptool(&["query", p(&dir), "", "-w", p(&out)]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(records(&out), records(&d), "the last import, whole");
+
+    // `pcaptool retain` removes the oldest segments whole; it takes the writer lock.
+    let o = pcaptool(&["retain", p(&dir), "--max-size", "200K"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let info: serde_json::Value = serde_json::from_slice(&pcaptool(&["info", p(&dir), "--json"]).stdout).unwrap();
+    assert!(info["data_bytes"].as_u64().unwrap() + info["index_bytes"].as_u64().unwrap() <= 200 << 10, "{info}");
 }
 
-/// Files of an interrupted segment are removed when the store is opened, and said so; an import killed with
-/// SIGKILL at a random point leaves a store whose every query equals a scan of the packets it holds (a prefix of
-/// the trace: completed segments are never lost).
+/// Files of an interrupted segment are left alone by readers and removed by the next writer, which says so; an
+/// import killed with SIGKILL at a random point leaves a store whose every query equals a scan of the packets it
+/// holds (a prefix of the trace: completed segments are never lost), and the same import run again resumes after
+/// them: the store then holds the trace once, whole, and a third run is refused.
 #[test]
 fn interrupted_and_killed_imports() {
     let tmp = TempDir::new("store-kill");
@@ -324,8 +344,17 @@ fn interrupted_and_killed_imports() {
     std::fs::write(dir.join("seg-000000.ptsx"), b"index without its data").unwrap();
     let o = pcaptool(&["info", p(&dir)]);
     assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("unfinished:   2 files"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "a reader changes nothing");
+    let o = pcaptool(&["repair", p(&dir)]);
+    assert!(o.status.success(), "{}", err(&o));
     assert!(err(&o).contains("removed seg-000000.pcap.tmp") && err(&o).contains("interrupted"), "{}", err(&o));
-    assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "nothing of the interrupted segment is left");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("writer.lock")], "nothing of the interrupted segment is left");
 
     let filters = ["tcp port 443", "udp", "host 10.0.1.25", "arp or icmp"];
     let mut checked_partial = false;
@@ -377,6 +406,27 @@ fn interrupted_and_killed_imports() {
             assert!(pcaptool(&["query", "--scan", p(&prefix), f, "-w", p(&b)]).status.success());
             assert_eq!(records(&a), records(&b), "round {round}: `{f}` on {held} packets");
         }
+        // Run again, the import resumes after what it stored: the store holds the trace once, in order.
+        let o = pcaptool(&["import", p(&trace), "--store", p(&dir), "--segment-size", "512K", "--json"]);
+        assert!(o.status.success(), "round {round}: {}", err(&o));
+        let done: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(done["already_stored"].as_u64().unwrap(), held, "round {round}: {done}");
+        assert_eq!(done["packets"].as_u64().unwrap(), 60_000 - held, "round {round}: {done}");
+        let all = tmp.join("all.pcap");
+        assert!(pcaptool(&["query", p(&dir), "", "-w", p(&all)]).status.success());
+        assert!(std::fs::read(&all).unwrap() == std::fs::read(&trace).unwrap(), "round {round}: the trace, once");
+        let o = pcaptool(&["flows", p(&dir), "--json"]);
+        let resumed = String::from_utf8_lossy(&o.stdout).lines().count();
+        let whole = tmp.join(&format!("whole{round}"));
+        assert!(pcaptool(&["import", p(&trace), "--store", p(&whole)]).status.success());
+        let o = pcaptool(&["flows", p(&whole), "--json"]);
+        assert_eq!(
+            resumed,
+            String::from_utf8_lossy(&o.stdout).lines().count(),
+            "round {round}: the flows of one import"
+        );
+        let o = pcaptool(&["import", p(&trace), "--store", p(&dir)]);
+        assert_eq!(o.status.code(), Some(1), "round {round}: a third run: {}", err(&o));
     }
     println!(
         "killed imports: the stores answered as scans of what they held (a partial store seen: {checked_partial})"

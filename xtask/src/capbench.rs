@@ -161,7 +161,7 @@ fn store_passes(dir: &Path, frames: &[Vec<u8>], every: usize) -> anyhow::Result<
     let n = frames.len() as u64;
     let mut passes = Vec::new();
     {
-        let mut ingest = store.ingest(&ImportOptions::default());
+        let mut ingest = store.ingest(&ImportOptions::default())?;
         for pass in 0..=REUSED {
             let (c0, t0) = (cpu_seconds(), Instant::now());
             for (j, part) in frames.chunks(every.max(1)).enumerate() {

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod faults;
 pub mod tracegen;
 
 pub mod netns;

@@ -25,7 +25,10 @@ commands:
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
   bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store|capture|pipeline]
-                  side-by-side benchmark of pcaptool and tcpdump on a generated trace";
+                  side-by-side benchmark of pcaptool and tcpdump on a generated trace
+  faults [--tries N] [--packets N] [--seed S]
+                  fault injection against a flow store and a trace index (byte flips, truncations, kill -9 of
+                  writers): the table of docs/guarantees.md";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -33,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         Some("gen") => gen_cmd(&args[1..]),
         Some("demo") => demo(),
         Some("bench") => bench::run(&args[1..]),
+        Some("faults") => faults_cmd(&args[1..]),
         Some("fuzz-seeds") => fuzz_seeds(args.get(1).map(PathBuf::from).unwrap_or_else(|| root().join("fuzz/seeds"))),
         _ => {
             eprintln!("{USAGE}");
@@ -114,6 +118,45 @@ pub(crate) fn build_pcaptool() -> anyhow::Result<PathBuf> {
         bail!("cargo build --release -p pcaptool failed");
     }
     Ok(root().join("target/release/pcaptool"))
+}
+
+fn faults_cmd(args: &[String]) -> anyhow::Result<()> {
+    let mut cfg = xtask::faults::FaultConfig {
+        pcaptool: build_pcaptool()?,
+        work: root().join("target/faults"),
+        tries: 200,
+        seed: 29,
+        packets: 30_000,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().with_context(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--tries" => cfg.tries = v.parse()?,
+            "--packets" => cfg.packets = v.parse()?,
+            "--seed" => cfg.seed = v.parse()?,
+            _ => bail!("unknown argument {a:?}"),
+        }
+    }
+    let started = std::time::Instant::now();
+    let tallies = xtask::faults::run(&cfg).map_err(|e| anyhow::anyhow!(e))?;
+    println!("{}", xtask::faults::table(&tallies));
+    for t in &tallies {
+        for d in &t.defects {
+            println!("defect ({}): {d}", t.kind);
+        }
+    }
+    println!(
+        "{} tries of each kind, {} packets, seed {}, in {:.0} s",
+        cfg.tries,
+        cfg.packets,
+        cfg.seed,
+        started.elapsed().as_secs_f64()
+    );
+    if tallies.iter().any(|t| t.silent_wrong + t.crashes > 0) {
+        bail!("silent wrong answers or crashes");
+    }
+    Ok(())
 }
 
 fn demo() -> anyhow::Result<()> {

@@ -2,6 +2,15 @@
 
 #![forbid(unsafe_code)]
 
+/// `println!` that hands back the write's error instead of panicking: a closed pipe then ends the command
+/// quietly (see `main`), as ripgrep does.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 mod cmd;
 mod progress;
 
@@ -36,6 +45,14 @@ enum Command {
     Flows(cmd::store::FlowsArgs),
     /// Capture live traffic from network interfaces into a flow store.
     Capture(cmd::capture::Args),
+    /// Check a flow store (every segment's index, every byte of packet data against its checksum) or a trace
+    /// (every record, and its index if it has one). Exit status 3 when damage is found.
+    Verify(cmd::maintain::VerifyArgs),
+    /// Repair a flow store: remove what an interrupted writer left and move damaged segments into its
+    /// quarantine folder, so that queries answer from the rest. Takes the store's writer lock.
+    Repair(cmd::maintain::RepairArgs),
+    /// Remove a flow store's oldest segments whole until it takes at most --max-size. Takes the writer lock.
+    Retain(cmd::maintain::RetainArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +66,9 @@ fn main() -> ExitCode {
         Command::Import(a) => cmd::store::import(a),
         Command::Flows(a) => cmd::store::flows(a),
         Command::Capture(a) => cmd::capture::run(a),
+        Command::Verify(a) => cmd::maintain::verify(a),
+        Command::Repair(a) => cmd::maintain::repair(a),
+        Command::Retain(a) => cmd::maintain::retain(a),
     };
     match result {
         Ok(code) => code,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// What went wrong with a store: every variant names the file, and damage the offset and what was expected.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
@@ -27,13 +28,71 @@ pub enum StoreError {
         /// What does not hold.
         why: String,
     },
+    /// Packet data does not match its checksum: the bytes `start..end` of the data file are damaged.
+    #[error(
+        "{path} is damaged at bytes {start}..{end}: the packet data does not match its checksum (stored {stored:08x}, \
+         computed {computed:08x})"
+    )]
+    DataChecksum {
+        /// The segment's data file.
+        path: PathBuf,
+        /// The damaged block's first byte.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// The checksum the index holds.
+        stored: u32,
+        /// The checksum of the bytes read.
+        computed: u32,
+    },
+    /// Another process writes the store: one writer at a time.
+    #[error(
+        "the store {dir} is being written by another process{}: a store takes one writer at a time; wait for it to \
+         finish (or stop it)",
+        holder.as_ref().map_or(String::new(), |h| format!(" ({h})"))
+    )]
+    Locked {
+        /// The store.
+        dir: PathBuf,
+        /// Who holds the lock, as it wrote itself in the lock file (`None` until it has).
+        holder: Option<LockHolder>,
+    },
+    /// The store was opened for reading and asked to change.
+    #[error("the store {dir} is open for reading only: writing needs `Store::create` or `Store::open_writer`")]
+    ReadOnly {
+        /// The store.
+        dir: PathBuf,
+    },
     /// The input cannot go into this store.
     #[error("{0}")]
     Refused(String),
 }
 
+/// The process that holds a store's writer lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockHolder {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+    /// When it took the lock, in nanoseconds since the epoch.
+    pub since_ns: u64,
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}, `{}`, since {}", self.pid, self.command, pcaptool_packet::Rfc3339(self.since_ns))
+    }
+}
+
 impl StoreError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> StoreError {
         StoreError::Io { path: path.into(), source }
+    }
+
+    /// Whether this is damage found in a store's files (a checksum or structure that does not hold), as opposed
+    /// to a failure to read them or a refusal.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, StoreError::Corrupt { .. } | StoreError::DataChecksum { .. })
     }
 }

@@ -140,19 +140,16 @@ fn exercise(index: &Path, data: &Path) {
     ];
     for id in [0u64, 1, 7, 500, u64::MAX] {
         let _ = seg.stage1.may_hold_flow(id);
-        if let Ok(Some((e, seqs))) = seg.find_flow(id)
-            && let Ok(file) = std::fs::File::open(data)
-        {
-            let _ = seg.read_entry(&file, &e, seqs, &mut Vec::new(), &mut |_| {});
+        if let Ok(Some((e, s2))) = seg.find_flow(id) {
+            let _ = seg.read_flow(&s2, &e, &mut Vec::new(), &mut |_| {});
         }
     }
     let Ok(s2) = seg.stage2() else { return };
-    let Ok(file) = std::fs::File::open(data) else { return };
     let mut buf = Vec::new();
     for need in &needs {
         let _ = seg.stage1.may_match(need);
         for e in s2.candidates(need).unwrap_or_default() {
-            let _ = seg.read_flow(&file, &s2, &e, &mut buf, &mut |_| {});
+            let _ = seg.read_flow(&s2, &e, &mut buf, &mut |_| {});
         }
     }
 }

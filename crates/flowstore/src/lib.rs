@@ -28,16 +28,29 @@
 #![deny(missing_docs)]
 
 mod bloom;
+mod codec;
+mod dataout;
 mod error;
 pub mod flow;
 #[doc(hidden)]
 pub mod fuzz_harness;
+mod import;
+mod ingest;
+mod lock;
+mod maintain;
 pub mod segment;
+mod stage1;
 mod stage2;
 mod store;
+mod sums;
 
 pub use bloom::Bloom;
-pub use error::StoreError;
+pub use error::{LockHolder, StoreError};
 pub use flow::{ConnState, Flow, FlowTracker, Side};
-pub use segment::{FlowEntry, Segment, Stage1, Stage2, StoreMeta, StoredPacket};
-pub use store::{ImportOptions, ImportStats, Incoming, Ingest, QueryStats, Store};
+pub use import::trace_identity;
+pub use ingest::{Incoming, Ingest, MAX_OPEN};
+pub use lock::LOCK_FILE;
+pub use maintain::{SegmentCheck, VerifyReport};
+pub use segment::{FlowEntry, Segment, Stage2, StoredPacket};
+pub use stage1::{SegmentIface, SourceMark, Stage1, StoreMeta};
+pub use store::{DamagedSegment, ImportOptions, ImportStats, QUARANTINE, QueryStats, Store};

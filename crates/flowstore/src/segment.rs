@@ -2,51 +2,41 @@
 //!
 //! The writer keeps a segment's packets in memory up to its bound, then writes the data grouped by flow (each
 //! flow's packets in their original order), the index, syncs both and renames them into place: the index first,
-//! the data last, so a segment is visible exactly when both are complete.
+//! the data last, so a segment is visible exactly when both are complete. The index holds a checksum of every
+//! 16 KiB of the data file (see [`crate::sums`]); readers check every block they read.
 
 use std::fs::File;
 use std::net::IpAddr;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pcaptool_packet::{
-    Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, Need, PacketFields, Pred, TsPrecision,
-    prefetch, prefetch_item,
+    Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, PacketFields, prefetch, prefetch_item,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bloom::Bloom;
+use crate::codec::{put_varint, seal, unseal};
+use crate::dataout::DataOut;
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side, SlotCache};
+use crate::stage1::{SegmentIface, SourceMark, Stage1, StoreMeta, iface_bits};
 use crate::stage2::{self, Bytes, Endpoints, Frame, SlotIn};
 pub use crate::stage2::{FlowEntry, Stage2};
+use crate::sums::{BLOCK_LOG2, Checked};
 
 /// First bytes of a segment index.
 pub const MAGIC: [u8; 4] = *b"PTSG";
-/// Format version of segment indexes.
-pub const VERSION: u16 = 2;
+/// Format version of the segment indexes written (version 2, without data checksums, is still read).
+pub const VERSION: u16 = 3;
+/// Interfaces a segment holds at most (a packet's index among them takes 16 bits in the writer).
+pub const MAX_IFACES: usize = 1 << 16;
 /// False-positive rate the Bloom filters are sized for.
 pub const BLOOM_FPR: f64 = 0.01;
 const HEADER_LEN: usize = 24;
-
-/// What the packets of a store are: every segment records it, and imports must agree.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct StoreMeta {
-    /// Link type of every packet.
-    pub linktype: LinkType,
-    /// Snapshot length of the source.
-    pub snaplen: u32,
-    /// Timestamp precision of the source (query output is written with it, as tcpdump would).
-    pub precision: TsPrecision,
-    /// Whether the source was written in the other byte order than this machine's (libpcap's filters read a
-    /// few link-layer fields, such as DLT_NULL's family, in the capture's byte order; packets are kept as they
-    /// were).
-    pub swapped: bool,
-    /// The interface the packets came from: its index in the source pcapng file (0 for pcap), or in a
-    /// capture's list of interfaces. Query output keeps interfaces apart.
-    pub iface: u32,
-}
 
 /// One packet handed to a [`SegmentWriter`].
 #[derive(Clone, Copy, Debug)]
@@ -70,10 +60,13 @@ pub struct PacketIn<'a> {
     pub payload: u32,
     /// TCP flags.
     pub flags: u8,
+    /// The interface it came from: an index into the writer's interfaces ([`SegmentWriter::iface_index`]).
+    pub iface: u16,
 }
 
 /// Bytes the writer keeps of a packet before its record (see [`SegmentWriter::push_cached`]): the difference
-/// between its position and its flow's last, its payload length, its TCP flags, its flow's state and its side.
+/// between its position and its flow's last, its payload length, its TCP flags, its flow's state and its side,
+/// and its interface.
 const HEAD: usize = 16;
 
 /// Bytes the writer keeps of a packet at the far end of the arena: its slot and its captured length.
@@ -118,6 +111,8 @@ pub(crate) struct Spare {
     sorted: Vec<u64>,
     spans: Vec<Span>,
     positions: Vec<u8>,
+    /// The data file's block checksums.
+    sums: Vec<u32>,
 }
 
 /// What a flow's packets take in a closing segment: data bytes and bytes of positions' varints.
@@ -178,8 +173,14 @@ impl Spare {
 pub struct SegmentWriter {
     /// Unique in the process (never 0), for the flow table's [`SlotCache`]s.
     id: u64,
-    meta: StoreMeta,
-    iface_name: String,
+    /// The link type and byte order of every packet.
+    linktype: LinkType,
+    swapped: bool,
+    /// The interfaces its packets came from, and each one's packets.
+    ifaces: Vec<SegmentIface>,
+    iface_packets: Vec<u64>,
+    /// The trace its packets come from, if known.
+    pub(crate) source: Option<SourceMark>,
     /// The packets, in the order they came; the flow slots (slot 0: packets of no flow); the Bloom filters' address
     /// and port sets.
     mem: Spare,
@@ -229,24 +230,22 @@ pub(crate) fn no_flow() -> Flow {
 }
 
 impl SegmentWriter {
-    /// An empty segment of packets described by `meta`, from the interface named `iface_name` (cut to 255
-    /// bytes at a character boundary; empty if unknown).
+    /// An empty segment of packets of `meta`'s link type and byte order, its first interface (index 0) `meta`'s,
+    /// named `iface_name` (see [`iface_index`](Self::iface_index)).
     pub fn new(meta: StoreMeta, iface_name: &str) -> SegmentWriter {
         SegmentWriter::with_spare(meta, iface_name, Spare::default())
     }
 
     /// [`new`](Self::new), reusing the buffers of a closed writer.
     pub(crate) fn with_spare(meta: StoreMeta, iface_name: &str, mut spare: Spare) -> SegmentWriter {
-        let mut end = iface_name.len().min(255);
-        while !iface_name.is_char_boundary(end) {
-            end -= 1;
-        }
-        let iface_name = iface_name[..end].to_string();
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        SegmentWriter {
+        let mut w = SegmentWriter {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            meta,
-            iface_name,
+            linktype: meta.linktype,
+            swapped: meta.swapped,
+            ifaces: Vec::new(),
+            iface_packets: Vec::new(),
+            source: None,
             mem: {
                 spare.clear();
                 spare.slots.push(SlotFlow { flow: no_flow(), kind: 0 });
@@ -259,12 +258,52 @@ impl SegmentWriter {
             record_bytes: 0,
             first_seq: u64::MAX,
             last_seq: 0,
-        }
+        };
+        w.iface_index(&meta, iface_name);
+        w
     }
 
-    /// What its packets are.
-    pub fn meta(&self) -> StoreMeta {
-        self.meta
+    /// The link type and byte order of its packets.
+    pub fn kind(&self) -> (LinkType, bool) {
+        (self.linktype, self.swapped)
+    }
+
+    /// The index of the interface of packets of kind `meta` (of the writer's link type and byte order) named
+    /// `iface_name` (cut to 255 bytes at a character boundary; empty if unknown), added if new; `None` when the
+    /// segment holds [`MAX_IFACES`] interfaces already. An interface is its index in the source, snapshot length
+    /// and precision; the name is the first given.
+    pub fn iface_index(&mut self, meta: &StoreMeta, iface_name: &str) -> Option<u16> {
+        debug_assert_eq!((meta.linktype, meta.swapped), self.kind(), "a packet of another kind of segment");
+        let same =
+            |f: &SegmentIface| f.iface == meta.iface && f.snaplen == meta.snaplen && f.precision == meta.precision;
+        if let Some(i) = self.ifaces.iter().position(same) {
+            return Some(i as u16);
+        }
+        if self.ifaces.len() >= MAX_IFACES {
+            return None;
+        }
+        let mut end = iface_name.len().min(255);
+        while !iface_name.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.ifaces.push(SegmentIface {
+            iface: meta.iface,
+            snaplen: meta.snaplen,
+            precision: meta.precision,
+            name: iface_name[..end].to_string(),
+        });
+        self.iface_packets.push(0);
+        Some((self.ifaces.len() - 1) as u16)
+    }
+
+    /// Packets held of interface `iface` (its index in the source, as in [`StoreMeta::iface`]).
+    pub fn iface_packets(&self, iface: u32) -> u64 {
+        self.ifaces.iter().zip(&self.iface_packets).filter(|(f, _)| f.iface == iface).map(|(_, n)| n).sum()
+    }
+
+    /// The interfaces of its packets, as their source numbers them, with the packets of each.
+    pub(crate) fn iface_counts(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.ifaces.iter().zip(&self.iface_packets).map(|(f, &n)| (f.iface, n))
     }
 
     /// Position of its first packet in the store's order (`u64::MAX` while empty).
@@ -347,6 +386,7 @@ impl SegmentWriter {
         head[8..12].copy_from_slice(&p.payload.to_le_bytes());
         head[12] = p.flags;
         head[13] = state as u8 | u8::from(p.from_orig) << 3;
+        head[14..16].copy_from_slice(&p.iface.to_le_bytes());
         head[16..20].copy_from_slice(&((p.ts_ns / 1_000_000_000) as u32).to_le_bytes());
         head[20..24].copy_from_slice(&((p.ts_ns % 1_000_000_000) as u32).to_le_bytes());
         head[24..28].copy_from_slice(&(len as u32).to_le_bytes());
@@ -362,6 +402,9 @@ impl SegmentWriter {
         m.items += 1;
         if self.packets == 0 {
             self.first_seq = p.seq;
+        }
+        if let Some(n) = self.iface_packets.get_mut(usize::from(p.iface)) {
+            *n += 1;
         }
         self.packets += 1;
         self.record_bytes += 16 + len as u64;
@@ -396,7 +439,7 @@ impl SegmentWriter {
     /// Bloom filters' sets, so that stage 1 never rules out a segment holding a match. Most equal the flow's
     /// endpoints, inserted with the flow.
     fn note_fields(&mut self, p: &PacketIn<'_>) {
-        let fields = PacketFields::new(self.meta.linktype, p.data, p.wirelen, p.ts_ns);
+        let fields = PacketFields::new(self.linktype, p.data, p.wirelen, p.ts_ns);
         const FIELDS: [Field; 8] = [
             Field::Ip4Src,
             Field::Ip4Dst,
@@ -492,13 +535,17 @@ impl SegmentWriter {
         order.extend(0..self.mem.slots.len() as u32);
         order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
-        let mut w = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage)).map_err(io)?;
+        let mut w = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage))
+            .map_err(io)?
+            .with_sums(std::mem::take(&mut self.mem.sums));
+        // The data file's snapshot length: the largest of its interfaces' (libpcap cuts a longer record to it).
+        let snaplen = self.ifaces.iter().map(|f| f.snaplen).max().unwrap_or(0);
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
         h[4..6].copy_from_slice(&2u16.to_le_bytes());
         h[6..8].copy_from_slice(&4u16.to_le_bytes());
-        h[16..20].copy_from_slice(&self.meta.snaplen.to_le_bytes());
-        h[20..24].copy_from_slice(&self.meta.linktype.0.to_le_bytes());
+        h[16..20].copy_from_slice(&snaplen.to_le_bytes());
+        h[20..24].copy_from_slice(&self.linktype.0.to_le_bytes());
         w.put(&h).map_err(io)?;
         let mut at = 24u64;
         let (mut t_min, mut t_max) = (u64::MAX, 0u64);
@@ -514,6 +561,11 @@ impl SegmentWriter {
         let m = &mut self.mem;
         if u32::try_from(m.items).is_err() {
             return Err(corrupt("more than 2^32 packets"));
+        }
+        // With several interfaces, each position carries its packet's interface in its low bits.
+        let bits = iface_bits(self.ifaces.len());
+        if bits > 0 && self.last_seq >> (64 - bits) != 0 {
+            return Err(corrupt("positions too large to carry an interface"));
         }
         cursor.resize(m.slots.len(), 0);
         for k in 0..m.items {
@@ -563,6 +615,7 @@ impl SegmentWriter {
                 let h = m.buf.get(from..from + HEAD + 16).ok_or_else(|| corrupt("a record header is cut"))?;
                 let (delta, payload, flags, code) =
                     (u64::from(word(h, 0)) | u64::from(word(h, 4)) << 32, word(h, 8), h[12], h[13]);
+                let iface = u64::from(u16::from_le_bytes([h[14], h[15]]));
                 let r = &h[HEAD..];
                 let ts = u64::from(word(r, 0)) * 1_000_000_000 + u64::from(word(r, 4));
                 let (len, wirelen) = (word(r, 8) as usize, word(r, 12));
@@ -570,7 +623,7 @@ impl SegmentWriter {
                     m.buf.get(from + HEAD..from + HEAD + 16 + len).ok_or_else(|| corrupt("a record is cut"))?;
                 w.put(record).map_err(io)?;
                 at += record.len() as u64;
-                put_varint(&mut positions, delta);
+                put_varint(&mut positions, if bits == 0 { delta } else { delta << bits | iface });
                 t_min = t_min.min(ts);
                 t_max = t_max.max(ts);
                 let f = &mut m.slots[s as usize].flow;
@@ -590,7 +643,10 @@ impl SegmentWriter {
         }
         self.mem.cursor = cursor;
         self.mem.sorted = sorted;
-        let stage = w.finish().map_err(io)?;
+        let (stage, sums) = w.finish().map_err(io)?;
+        let sums = sums.unwrap_or_default();
+        let sums_bytes: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
+        self.mem.sums = sums;
 
         let ins: Vec<SlotIn<'_>> = order
             .iter()
@@ -625,8 +681,15 @@ impl SegmentWriter {
         }
         let ids = self.mem.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
         let stage1 = Stage1 {
+            version: VERSION,
             number,
-            meta: self.meta,
+            linktype: self.linktype,
+            swapped: self.swapped,
+            snaplen,
+            ifaces: self.ifaces.clone(),
+            source: self.source,
+            block_log2: BLOCK_LOG2,
+            sums_crc: crc32fast::hash(&sums_bytes),
             packets: self.packets as u64,
             bytes: at,
             flows: (nslots - 1) as u32,
@@ -637,7 +700,6 @@ impl SegmentWriter {
             flow_min: ids.clone().min().unwrap_or(u64::MAX),
             flow_max: ids.max().unwrap_or(0),
             unknown_fields: self.unknown_fields,
-            iface_name: std::mem::take(&mut self.iface_name),
             addr_bloom,
             port_bloom,
             id_bloom,
@@ -665,10 +727,10 @@ impl SegmentWriter {
         // as much CPU as its data file's direct writes.
         let io = |e| StoreError::io(index_tmp, e);
         let mut w = DataOut::create(index_tmp, stage).map_err(io)?;
-        for part in [&header, &s1, &s2, &positions] {
+        for part in [&header, &s1, &s2, &positions, &sums_bytes] {
             w.put(part).map_err(io)?;
         }
-        self.mem.stage = w.finish().map_err(io)?;
+        self.mem.stage = w.finish().map_err(io)?.0;
         self.mem.order = order;
         self.mem.spans = spans;
         self.mem.positions = positions;
@@ -676,185 +738,9 @@ impl SegmentWriter {
     }
 }
 
-/// Writes a segment's data file through an aligned staging buffer, with `O_DIRECT` where the file system takes
-/// it: the data then goes from the buffer to the disk without a copy into the page cache, which costs more CPU
-/// than everything else a packet needs (n2disk writes so too). Elsewhere (tmpfs, other systems) it writes
-/// through the page cache. The last block is padded for the direct write and the file cut to its length.
-struct DataOut {
-    file: File,
-    path: PathBuf,
-    direct: bool,
-    stage: Vec<u8>,
-    /// Where the aligned window of `stage` starts.
-    start: usize,
-    /// Bytes in the window.
-    fill: usize,
-    /// Bytes written to the file before the window.
-    written: u64,
-}
-
-/// Alignment of direct writes: a page, a multiple of every disk's logical block size.
-const DIRECT_ALIGN: usize = 4096;
-/// Size of each write.
-const DIRECT_CHUNK: usize = 1 << 20;
-
-impl DataOut {
-    /// Creates `path`, staging its bytes in `stage` (grown to a window and its alignment if it is smaller: a
-    /// buffer from an earlier [`finish`](Self::finish) is reused as it is).
-    fn create(path: &Path, stage: Vec<u8>) -> std::io::Result<DataOut> {
-        DataOut::create_trying(path, true, stage)
-    }
-
-    /// [`create`](Self::create), trying `O_DIRECT` or not.
-    fn create_trying(path: &Path, try_direct: bool, mut stage: Vec<u8>) -> std::io::Result<DataOut> {
-        let (file, direct) = match try_direct.then(|| open_direct(path)).flatten() {
-            Some(f) => (f, true),
-            None => (File::create(path)?, false),
-        };
-        if stage.len() < DIRECT_CHUNK + DIRECT_ALIGN {
-            stage = vec![0u8; DIRECT_CHUNK + DIRECT_ALIGN];
-        }
-        let start = stage.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
-        Ok(DataOut { file, path: path.to_path_buf(), direct, stage, start, fill: 0, written: 0 })
-    }
-
-    #[inline]
-    fn put(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
-        while !bytes.is_empty() {
-            let n = bytes.len().min(DIRECT_CHUNK - self.fill);
-            let at = self.start + self.fill;
-            self.stage[at..at + n].copy_from_slice(&bytes[..n]);
-            self.fill += n;
-            bytes = &bytes[n..];
-            if self.fill == DIRECT_CHUNK {
-                self.write_window(DIRECT_CHUNK)?;
-                self.written += DIRECT_CHUNK as u64;
-                self.fill = 0;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the window's first `len` bytes at `written`; a direct write the file system refuses is done
-    /// again through the page cache, and so is the rest of the file.
-    fn write_window(&mut self, len: usize) -> std::io::Result<()> {
-        let window = &self.stage[self.start..self.start + len];
-        if self.direct {
-            match self.file.write_all_at(window, self.written) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.file = std::fs::OpenOptions::new().write(true).open(&self.path)?;
-                    self.direct = false;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        self.file.write_all_at(window, self.written)
-    }
-
-    /// Writes what is left, cuts the file to its length and syncs it; returns the staging buffer.
-    fn finish(mut self) -> std::io::Result<Vec<u8>> {
-        let len = self.written + self.fill as u64;
-        if self.fill > 0 {
-            if self.direct {
-                let padded = self.fill.next_multiple_of(DIRECT_ALIGN);
-                self.stage[self.start + self.fill..self.start + padded].fill(0);
-                self.write_window(padded)?;
-            } else {
-                self.write_window(self.fill)?;
-            }
-        }
-        self.file.set_len(len)?;
-        self.file.sync_all()?;
-        Ok(self.stage)
-    }
-}
-
-/// Creates `path` for direct writes, if this system and file system allow them.
-fn open_direct(path: &Path) -> Option<File> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(path).ok()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = path;
-        None
-    }
-}
-
 /// The data and index paths of segment `number` in `dir`.
 pub fn segment_paths(dir: &Path, number: u32) -> (PathBuf, PathBuf) {
     (dir.join(format!("seg-{number:06}.pcap")), dir.join(format!("seg-{number:06}.ptsx")))
-}
-
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let x = *b.get(*at)?;
-        *at += 1;
-        v |= u64::from(x & 0x7f) << shift;
-        if x & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// Appends the CRC-32 of `b` to it.
-fn seal(b: &mut Vec<u8>) {
-    let crc = crc32fast::hash(b);
-    b.extend_from_slice(&crc.to_le_bytes());
-}
-
-/// Checks the CRC-32 `b` ends with; returns the bytes before it.
-fn unseal<'a>(b: &'a [u8], path: &Path, offset: u64, what: &str) -> Result<&'a [u8], StoreError> {
-    let corrupt = |why: String| StoreError::Corrupt { path: path.to_path_buf(), offset, why };
-    if b.len() < 4 {
-        return Err(corrupt(format!("{what}: {} bytes, too short", b.len())));
-    }
-    let (body, crc) = b.split_at(b.len() - 4);
-    if crc32fast::hash(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
-        return Err(corrupt(format!("{what} checksum mismatch")));
-    }
-    Ok(body)
-}
-
-/// A bounds-checked little-endian reader.
-pub(crate) struct Rd<'a> {
-    pub b: &'a [u8],
-    pub at: usize,
-}
-
-impl<'a> Rd<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or("truncated")?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    pub(crate) fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    pub(crate) fn u32(&mut self) -> Result<u32, String> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    pub(crate) fn u64(&mut self) -> Result<u64, String> {
-        let s = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Ok(u64::from_le_bytes(a))
-    }
 }
 
 pub(crate) fn ip_of(k: &[u8; 17]) -> IpAddr {
@@ -864,188 +750,6 @@ pub(crate) fn ip_of(k: &[u8; 17]) -> IpAddr {
         let mut a = [0u8; 16];
         a.copy_from_slice(&k[1..17]);
         IpAddr::from(a)
-    }
-}
-
-/// A segment's first stage: kept in memory for every segment of a store.
-#[derive(Clone, Debug)]
-pub struct Stage1 {
-    /// The segment's number.
-    pub number: u32,
-    /// What its packets are.
-    pub meta: StoreMeta,
-    /// Packets.
-    pub packets: u64,
-    /// Bytes of the data file.
-    pub bytes: u64,
-    /// Flows (parts of flows: a flow spans segments).
-    pub flows: u32,
-    /// Earliest and latest timestamp.
-    pub t_min: u64,
-    /// See `t_min`.
-    pub t_max: u64,
-    /// First and last position in the store's original order.
-    pub seq_min: u64,
-    /// See `seq_min`.
-    pub seq_max: u64,
-    /// Smallest and largest flow id.
-    pub flow_min: u64,
-    /// See `flow_min`.
-    pub flow_max: u64,
-    /// Whether some packet's address or port fields are unknown to the Bloom filters.
-    pub unknown_fields: bool,
-    /// The name of the interface the packets came from, if known (at most 255 bytes).
-    pub iface_name: String,
-    addr_bloom: Bloom,
-    port_bloom: Bloom,
-    id_bloom: Bloom,
-    stage2_len: u64,
-    positions_len: u64,
-    /// Where stage 2 starts in the index file.
-    stage2_at: u64,
-}
-
-fn precision_code(p: TsPrecision) -> u8 {
-    match p {
-        TsPrecision::Micro => 0,
-        TsPrecision::Nano => 1,
-    }
-}
-
-impl Stage1 {
-    fn encode(&self) -> Vec<u8> {
-        let mut o = Vec::new();
-        o.extend_from_slice(&self.number.to_le_bytes());
-        o.extend_from_slice(&self.meta.linktype.0.to_le_bytes());
-        o.extend_from_slice(&self.meta.snaplen.to_le_bytes());
-        o.push(precision_code(self.meta.precision));
-        o.push(u8::from(self.unknown_fields));
-        o.push(u8::from(self.meta.swapped));
-        o.push(0);
-        for v in [self.packets, self.bytes, u64::from(self.flows), self.t_min, self.t_max, self.seq_min, self.seq_max] {
-            o.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [self.flow_min, self.flow_max, self.stage2_len, self.positions_len] {
-            o.extend_from_slice(&v.to_le_bytes());
-        }
-        for b in [&self.addr_bloom, &self.port_bloom, &self.id_bloom] {
-            o.extend_from_slice(&b.k().to_le_bytes());
-            o.extend_from_slice(&(b.words().len() as u32).to_le_bytes());
-            for w in b.words() {
-                o.extend_from_slice(&w.to_le_bytes());
-            }
-        }
-        o.extend_from_slice(&self.meta.iface.to_le_bytes());
-        o.push(self.iface_name.len() as u8);
-        o.extend_from_slice(self.iface_name.as_bytes());
-        o
-    }
-
-    fn decode(b: &[u8]) -> Result<Stage1, String> {
-        let mut r = Rd { b, at: 0 };
-        let number = r.u32()?;
-        let linktype = LinkType(r.u32()?);
-        let snaplen = r.u32()?;
-        let precision = match r.u8()? {
-            0 => TsPrecision::Micro,
-            1 => TsPrecision::Nano,
-            p => return Err(format!("precision code {p}")),
-        };
-        let unknown_fields = r.u8()? != 0;
-        let swapped = match r.u8()? {
-            0 => false,
-            1 => true,
-            x => return Err(format!("byte-order flag {x}")),
-        };
-        r.take(1)?;
-        let packets = r.u64()?;
-        let bytes = r.u64()?;
-        let flows = u32::try_from(r.u64()?).map_err(|_| "flow count")?;
-        let (t_min, t_max, seq_min, seq_max) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-        let (flow_min, flow_max, stage2_len, positions_len) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-        let bloom = |r: &mut Rd<'_>| -> Result<Bloom, String> {
-            let k = r.u32()?;
-            let n = r.u32()? as usize;
-            let words = r.take(n.checked_mul(8).ok_or("bloom size")?)?;
-            let bits = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
-            Bloom::from_parts(k, bits).ok_or_else(|| "a Bloom filter without bits or probes".to_string())
-        };
-        let addr_bloom = bloom(&mut r)?;
-        let port_bloom = bloom(&mut r)?;
-        let id_bloom = bloom(&mut r)?;
-        let iface = r.u32()?;
-        let name_len = r.u8()? as usize;
-        let iface_name = String::from_utf8(r.take(name_len)?.to_vec()).map_err(|_| "interface name not UTF-8")?;
-        if r.at != b.len() {
-            return Err("bytes after stage 1".into());
-        }
-        Ok(Stage1 {
-            number,
-            meta: StoreMeta { linktype, snaplen, precision, swapped, iface },
-            iface_name,
-            packets,
-            bytes,
-            flows,
-            t_min,
-            t_max,
-            seq_min,
-            seq_max,
-            flow_min,
-            flow_max,
-            unknown_fields,
-            addr_bloom,
-            port_bloom,
-            id_bloom,
-            stage2_len,
-            stage2_at: 0,
-            positions_len,
-        })
-    }
-
-    /// Bytes of the index beyond stage 1 (flow table, sorted arrays, positions).
-    pub fn stage2_bytes(&self) -> u64 {
-        self.stage2_len + self.positions_len
-    }
-
-    /// Bytes of the original-order positions (the rest of the index is the flow index proper).
-    pub fn positions_bytes(&self) -> u64 {
-        self.positions_len
-    }
-
-    /// Whether the segment may hold packets of flow `id` (its id range and a Bloom filter of its flow ids).
-    pub fn may_hold_flow(&self, id: u64) -> bool {
-        (self.flow_min..=self.flow_max).contains(&id) && self.id_bloom.may_contain(&id.to_le_bytes())
-    }
-
-    /// Whether the segment may hold a packet satisfying `need` (false only when it cannot).
-    pub fn may_match(&self, need: &Need) -> bool {
-        need_may(need, &|p| self.pred_may(p))
-    }
-
-    fn pred_may(&self, p: &Pred) -> bool {
-        let exact = p.mask == u128::MAX && p.lo == p.hi;
-        match p.field {
-            Field::Time => p.mask != u128::MAX || (p.lo <= u128::from(self.t_max) && u128::from(self.t_min) <= p.hi),
-            _ if self.unknown_fields => true,
-            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if exact => {
-                self.addr_bloom.may_contain(&(p.lo as u32).to_be_bytes())
-            }
-            Field::Ip6Src | Field::Ip6Dst if exact => self.addr_bloom.may_contain(&p.lo.to_be_bytes()),
-            Field::SrcPort | Field::DstPort if p.mask == u128::MAX && p.hi.saturating_sub(p.lo) < 16 => {
-                (p.lo..=p.hi.min(0xffff)).any(|v| self.port_bloom.may_contain(&(v as u16).to_be_bytes()))
-            }
-            _ => true,
-        }
-    }
-}
-
-/// `need` evaluated with `pred` deciding each predicate (a superset: `All` and unknown fields may match).
-pub(crate) fn need_may(need: &Need, pred: &dyn Fn(&Pred) -> bool) -> bool {
-    match need {
-        Need::All => true,
-        Need::Pred(p) => pred(p),
-        Need::And(v) => v.iter().all(|n| need_may(n, pred)),
-        Need::Or(v) => v.iter().any(|n| need_may(n, pred)),
     }
 }
 
@@ -1060,11 +764,12 @@ pub struct StoredPacket<'a> {
     pub wirelen: u32,
     /// Captured bytes.
     pub data: &'a [u8],
-    /// What its segment's packets are (link type, snapshot length, precision, byte order).
+    /// What it is: link type, snapshot length, precision, byte order and interface.
     pub meta: StoreMeta,
 }
 
-/// A segment of a store: its files and its stage 1.
+/// A segment of a store: its files, open, and its stage 1. The files stay open while the segment is, so a
+/// segment that a writer's retention removes stays readable to a reader that opened it before.
 #[derive(Debug)]
 pub struct Segment {
     /// Its data file.
@@ -1073,12 +778,28 @@ pub struct Segment {
     pub index: PathBuf,
     /// Its first stage.
     pub stage1: Stage1,
+    data_file: File,
+    index_file: File,
+    /// The data file's block checksums, read when first needed.
+    sums: OnceLock<Vec<u32>>,
 }
 
 impl Segment {
-    /// Reads the header and stage 1 of the index at `index` (its data at `data`).
+    /// Opens the segment whose data file is `data` and index `index`: reads the index's header and stage 1.
     pub fn open(data: PathBuf, index: PathBuf) -> Result<Segment, StoreError> {
-        let f = File::open(&index).map_err(|e| StoreError::io(&index, e))?;
+        let index_file = File::open(&index).map_err(|e| StoreError::io(&index, e))?;
+        let data_file = File::open(&data).map_err(|e| StoreError::io(&data, e))?;
+        Segment::from_files(data, index, data_file, index_file)
+    }
+
+    /// [`open`](Self::open) with the files already open.
+    pub(crate) fn from_files(
+        data: PathBuf,
+        index: PathBuf,
+        data_file: File,
+        index_file: File,
+    ) -> Result<Segment, StoreError> {
+        let f = &index_file;
         let corrupt = |offset: u64, why: String| StoreError::Corrupt { path: index.clone(), offset, why };
         let mut h = [0u8; HEADER_LEN];
         f.read_exact_at(&mut h, 0).map_err(|_| corrupt(0, "shorter than its header".into()))?;
@@ -1086,12 +807,12 @@ impl Segment {
             return Err(corrupt(0, "no PTSG magic".into()));
         }
         let version = u16::from_le_bytes([h[4], h[5]]);
-        if version != VERSION {
+        if version != VERSION && version != 2 {
             return Err(corrupt(
                 4,
                 format!(
-                    "segment format version {version}; this pcaptool reads version {VERSION}: import the traces \
-                     again into a new store"
+                    "segment format version {version}; this pcaptool reads versions 2 and {VERSION}: import the \
+                     traces again into a new store"
                 ),
             ));
         }
@@ -1107,16 +828,18 @@ impl Segment {
         f.read_exact_at(&mut s1, HEADER_LEN as u64)
             .map_err(|_| corrupt(HEADER_LEN as u64, "stage 1 truncated".into()))?;
         let body = unseal(&s1, &index, HEADER_LEN as u64, "stage 1")?;
-        let mut stage1 = Stage1::decode(body).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
+        let mut stage1 =
+            Stage1::decode(body, version).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
         let want = (HEADER_LEN as u64 + s1_len as u64)
             .checked_add(stage1.stage2_len)
             .and_then(|w| w.checked_add(stage1.positions_len))
+            .and_then(|w| w.checked_add(stage1.sums_count().checked_mul(4)?))
             .unwrap_or(u64::MAX);
         if have != want {
             return Err(corrupt(have.min(want), format!("{have} bytes, its stages say {want}")));
         }
         stage1.stage2_at = (HEADER_LEN + s1_len) as u64;
-        Ok(Segment { data, index, stage1 })
+        Ok(Segment { data, index, stage1, data_file, index_file, sums: OnceLock::new() })
     }
 
     /// Reads stage 2 (the flow table, sorted arrays and positions), checking its checksums and the structure of
@@ -1126,45 +849,79 @@ impl Segment {
         let at2 = s1.stage2_at;
         let bad = |why: &str| self.corrupt(at2, why);
         // The data file bounds what stage 1 may claim (and so what decoding may allocate).
-        let data_len = std::fs::metadata(&self.data).map_err(|e| StoreError::io(&self.data, e))?.len();
-        if data_len != s1.bytes {
-            return Err(StoreError::Corrupt {
-                path: self.data.clone(),
-                offset: data_len.min(s1.bytes),
-                why: format!("{data_len} bytes, its index says {}", s1.bytes),
-            });
-        }
+        self.check_data_len()?;
         if s1.packets > s1.bytes.saturating_sub(24) / 16 || u64::from(s1.flows) > s1.packets {
             return Err(bad("more packets or flows than the data file can hold"));
         }
         let len2 = usize::try_from(s1.stage2_len).map_err(|_| bad("stage 2 size"))?;
         let lenp = usize::try_from(s1.positions_len).map_err(|_| bad("positions size"))?;
         // Mapped, not read: a lookup touches the dictionary, the directory and a block or two.
-        let map = MappedFile::open(&self.index).map_err(|e| StoreError::io(&self.index, e))?;
+        let map = MappedFile::map(&self.index_file).map_err(|e| StoreError::io(&self.index, e))?;
         let b = map.bytes();
         let at2u = usize::try_from(at2).map_err(|_| bad("stage 2 offset"))?;
         let end2 = at2u.checked_add(len2).ok_or_else(|| bad("stage sizes"))?;
-        let endp =
-            end2.checked_add(lenp).filter(|&e| e == b.len()).ok_or_else(|| bad("stages do not end with the file"))?;
+        let endp = end2.checked_add(lenp).filter(|&e| e <= b.len()).ok_or_else(|| bad("stages past the file"))?;
         let frame = Frame {
             slots: s1.flows as usize + 1,
             t_min: s1.t_min,
             data_bytes: s1.bytes,
             packets: s1.packets,
             positions_len: lenp,
+            iface_bits: s1.iface_bits(),
+            ifaces: s1.ifaces.len(),
         };
         Stage2::parse(&self.index, at2, frame, Bytes::Mapped(map), at2u..end2, end2..endp)
+    }
+
+    /// Checks that the data file is as long as stage 1 says.
+    fn check_data_len(&self) -> Result<(), StoreError> {
+        let len = self.data_file.metadata().map_err(|e| StoreError::io(&self.data, e))?.len();
+        if len != self.stage1.bytes {
+            return Err(StoreError::Corrupt {
+                path: self.data.clone(),
+                offset: len.min(self.stage1.bytes),
+                why: format!("{len} bytes, its index says {}", self.stage1.bytes),
+            });
+        }
+        Ok(())
     }
 
     fn corrupt(&self, offset: u64, why: &str) -> StoreError {
         StoreError::Corrupt { path: self.index.clone(), offset, why: why.to_string() }
     }
 
-    /// Reads the packets of entry `e` of `s2` with one read of the data file; calls `f` with each, in the
-    /// flow's order.
+    /// The data file's block checksums (empty for a version 2 segment), read from the index and checked
+    /// against stage 1 when first asked for.
+    pub(crate) fn sums(&self) -> Result<&[u32], StoreError> {
+        if let Some(s) = self.sums.get() {
+            return Ok(s);
+        }
+        let s1 = &self.stage1;
+        let n = usize::try_from(s1.sums_count()).map_err(|_| self.corrupt(HEADER_LEN as u64, "checksum count"))?;
+        let at = s1.stage2_at + s1.stage2_len + s1.positions_len;
+        let mut bytes = vec![0u8; n.checked_mul(4).ok_or_else(|| self.corrupt(at, "checksum count"))?];
+        self.index_file.read_exact_at(&mut bytes, at).map_err(|e| StoreError::io(&self.index, e))?;
+        if s1.block_log2 != 0 && crc32fast::hash(&bytes) != s1.sums_crc {
+            return Err(self.corrupt(at, "the data checksums' checksum does not match"));
+        }
+        let sums = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        Ok(self.sums.get_or_init(|| sums))
+    }
+
+    /// Checks the data of `range` of the data file (whose bytes are `data`) against its block checksums, each
+    /// block once per `checked` (a version 2 segment has none: nothing to check).
+    pub(crate) fn check(&self, data: &[u8], range: Range<u64>, checked: &mut Checked) -> Result<(), StoreError> {
+        if self.stage1.block_log2 == 0 {
+            return Ok(());
+        }
+        let sums = self.sums()?;
+        checked.check(&self.data, data, 0, sums, self.stage1.block_log2, range)
+    }
+
+    /// Reads the packets of entry `e` of `s2`, checked, with one read of the data file; calls `f` with each, in
+    /// the flow's order.
     pub fn read_flow(
         &self,
-        data: &File,
         s2: &Stage2,
         e: &FlowEntry,
         buf: &mut Vec<u8>,
@@ -1173,76 +930,88 @@ impl Segment {
         if e.packets == 0 {
             return Ok(());
         }
-        let seqs = s2.positions(e)?;
-        self.read_entry(data, e, seqs, buf, f)
-    }
-
-    /// Finds flow `id`: stage 2's block directory binary-searched, one block and the flow's positions decoded.
-    /// `None` if the segment has no part of the flow.
-    pub fn find_flow(&self, id: u64) -> Result<Option<(FlowEntry, Vec<u64>)>, StoreError> {
-        let s2 = self.stage2()?;
-        let Some(e) = s2.find(id)? else { return Ok(None) };
-        let seqs = s2.positions(&e)?;
-        Ok(Some((e, seqs)))
-    }
-
-    /// Reads the packets of entry `e` (original-order positions `seqs`) with one read of the data file.
-    pub fn read_entry(
-        &self,
-        data: &File,
-        e: &FlowEntry,
-        seqs: Vec<u64>,
-        buf: &mut Vec<u8>,
-        f: &mut dyn FnMut(&StoredPacket<'_>),
-    ) -> Result<(), StoreError> {
-        self.read_span(data, e, buf)?;
-        for r in self.records(e, &seqs, buf)? {
-            let data = &buf[r.at..r.at + r.len];
-            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: self.stage1.meta });
+        let (seqs, ifaces) = s2.positions_and_ifaces(e)?;
+        let (lo, hi) = self.read_span(e, buf)?;
+        for r in self.records(e, &seqs, &ifaces, &buf[lo..hi])? {
+            let data = &buf[lo + r.at..lo + r.at + r.len];
+            f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta: self.stage1.meta(r.iface) });
         }
         Ok(())
     }
 
-    /// Reads the bytes of entry `e`'s packets (its span of the data file) into `buf`.
-    pub(crate) fn read_span(&self, data: &File, e: &FlowEntry, buf: &mut Vec<u8>) -> Result<(), StoreError> {
-        let file_len = data.metadata().map_err(|err| StoreError::io(&self.data, err))?.len();
-        if e.data_offset.checked_add(e.data_len).is_none_or(|end| end > file_len) {
-            return Err(StoreError::Corrupt {
+    /// Finds flow `id`: stage 2's block directory binary-searched, one block and the flow's positions decoded.
+    /// `None` if the segment has no part of the flow.
+    pub fn find_flow(&self, id: u64) -> Result<Option<(FlowEntry, Stage2)>, StoreError> {
+        let s2 = self.stage2()?;
+        Ok(s2.find(id)?.map(|e| (e, s2)))
+    }
+
+    /// Reads the bytes of entry `e`'s packets with the whole checksum blocks around them into `buf`, checks
+    /// them, and returns where in `buf` the entry's bytes are.
+    fn read_span(&self, e: &FlowEntry, buf: &mut Vec<u8>) -> Result<(usize, usize), StoreError> {
+        let file_len = self.stage1.bytes;
+        let end = e.data_offset.checked_add(e.data_len).filter(|&end| end <= file_len).ok_or_else(|| {
+            StoreError::Corrupt {
                 path: self.data.clone(),
                 offset: file_len,
                 why: format!("flow {} lies past the end of the data file", e.flow.id),
-            });
-        }
-        let len = usize::try_from(e.data_len).map_err(|_| self.corrupt(0, "flow length"))?;
+            }
+        })?;
+        let (from, to) = match self.stage1.checksum_block() {
+            Some(b) => (e.data_offset / b * b, end.div_ceil(b).saturating_mul(b).min(file_len)),
+            None => (e.data_offset, end),
+        };
+        let len = usize::try_from(to - from).map_err(|_| self.corrupt(0, "flow length"))?;
         buf.resize(len, 0);
-        data.read_exact_at(buf, e.data_offset).map_err(|err| StoreError::io(&self.data, err))
+        self.data_file.read_exact_at(buf, from).map_err(|err| StoreError::io(&self.data, err))?;
+        if self.stage1.block_log2 != 0 {
+            let sums = self.sums()?;
+            Checked::default().check(&self.data, buf, from, sums, self.stage1.block_log2, from..to)?;
+        }
+        Ok(((e.data_offset - from) as usize, (end - from) as usize))
     }
 
     /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid).
     pub(crate) fn map_data(&self) -> Result<MappedFile, StoreError> {
-        MappedFile::open(&self.data).map_err(|e| StoreError::io(&self.data, e))
+        self.check_data_len()?;
+        MappedFile::map(&self.data_file).map_err(|e| StoreError::io(&self.data, e))
     }
 
-    /// The bytes of entry `e`'s packets in the mapped data file `data`.
-    pub(crate) fn span<'m>(&self, data: &'m MappedFile, e: &FlowEntry) -> Result<&'m [u8], StoreError> {
+    /// The bytes of entry `e`'s packets in the mapped data file `data`, checked against their checksums (each
+    /// block once per `checked`).
+    pub(crate) fn span<'m>(
+        &self,
+        data: &'m MappedFile,
+        e: &FlowEntry,
+        checked: &mut Checked,
+    ) -> Result<&'m [u8], StoreError> {
         let b = data.bytes();
         let range = usize::try_from(e.data_offset)
             .ok()
             .and_then(|from| Some(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
-            .filter(|r| r.end <= b.len());
-        range.map(|r| &b[r]).ok_or_else(|| StoreError::Corrupt {
-            path: self.data.clone(),
-            offset: b.len() as u64,
-            why: format!("flow {} lies past the end of the data file", e.flow.id),
-        })
+            .filter(|r| r.end <= b.len())
+            .ok_or_else(|| StoreError::Corrupt {
+                path: self.data.clone(),
+                offset: b.len() as u64,
+                why: format!("flow {} lies past the end of the data file", e.flow.id),
+            })?;
+        self.check(b, range.start as u64..range.end as u64, checked)?;
+        Ok(&b[range])
     }
 
-    /// The records of entry `e` in `span` (its bytes), checked to fill it exactly, with positions `seqs`.
-    pub(crate) fn records(&self, e: &FlowEntry, seqs: &[u64], span: &[u8]) -> Result<Vec<Record>, StoreError> {
+    /// The records of entry `e` in `span` (its bytes), checked to fill it exactly, with positions `seqs` and
+    /// interfaces `ifaces` (empty: the segment's only one).
+    pub(crate) fn records(
+        &self,
+        e: &FlowEntry,
+        seqs: &[u64],
+        ifaces: &[u16],
+        span: &[u8],
+    ) -> Result<Vec<Record>, StoreError> {
         let bad = |why: &str| StoreError::Corrupt { path: self.data.clone(), offset: e.data_offset, why: why.into() };
         let mut out = Vec::with_capacity(seqs.len());
         let mut at = 0usize;
-        for &seq in seqs {
+        for (i, &seq) in seqs.iter().enumerate() {
             let h = span.get(at..at + 16).ok_or_else(|| bad("a flow's records end early"))?;
             let le = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
             let ts_ns = u64::from(le(0)) * 1_000_000_000 + u64::from(le(4));
@@ -1250,7 +1019,8 @@ impl Segment {
             if span.len() - (at + 16) < len {
                 return Err(bad("a record runs past its flow"));
             }
-            out.push(Record { seq, ts_ns, wirelen, at: at + 16, len });
+            let iface = ifaces.get(i).map_or(0, |&x| usize::from(x));
+            out.push(Record { seq, ts_ns, wirelen, at: at + 16, len, iface });
             at += 16 + len;
         }
         if at != span.len() {
@@ -1260,8 +1030,8 @@ impl Segment {
     }
 }
 
-/// A record of a flow's span: its position in the original order, timestamp, wire length and where its bytes
-/// are in the span.
+/// A record of a flow's span: its position in the original order, timestamp, wire length, where its bytes are
+/// in the span, and its interface (an index into its segment's).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Record {
     pub seq: u64,
@@ -1269,42 +1039,17 @@ pub(crate) struct Record {
     pub wirelen: u32,
     pub at: usize,
     pub len: usize,
+    pub iface: usize,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pcaptool_packet::TsPrecision;
 
     /// Ethernet packets of interface 0, nanosecond timestamps.
     fn ethernet_meta(snaplen: u32) -> StoreMeta {
         StoreMeta { linktype: LinkType::ETHERNET, snaplen, precision: TsPrecision::Nano, swapped: false, iface: 0 }
-    }
-
-    /// The data file holds exactly what was put, whatever its length, written directly (where the file system
-    /// takes O_DIRECT) or through the page cache.
-    #[test]
-    fn data_files_hold_exactly_what_was_put() {
-        let dirs = [std::env::temp_dir(), PathBuf::from("/dev/shm")];
-        for (dir, direct) in dirs.iter().filter(|d| d.is_dir()).flat_map(|d| [(d, true), (d, false)]) {
-            let path = dir.join(format!("pcaptool-dataout-{}", std::process::id()));
-            for len in [0usize, 1, 24, 4095, 4096, 4097, DIRECT_CHUNK - 3, DIRECT_CHUNK, 3 * DIRECT_CHUNK + 77] {
-                let want: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-                let mut w = DataOut::create_trying(&path, direct, Vec::new()).expect("create");
-                // Pieces of the sizes the writer puts: record headers and packets.
-                let mut at = 0;
-                let mut k = 0;
-                while at < len {
-                    let n = [16, 60, 1514, 9000, 70_000][k % 5].min(len - at);
-                    w.put(&want[at..at + n]).expect("put");
-                    at += n;
-                    k += 1;
-                }
-                w.finish().expect("finish");
-                let got = std::fs::read(&path).expect("read back");
-                assert!(got == want, "{} bytes in {}: read back {} bytes, different", len, dir.display(), got.len());
-            }
-            let _ = std::fs::remove_file(&path);
-        }
     }
 
     proptest::proptest! {
@@ -1335,7 +1080,7 @@ mod tests {
                 let wirelen = data.len() as u32 + 4;
                 let payload = (seq % 1000) as u32;
                 let flow = (f != 0).then(|| (100 - f as u64, tuple(f), true, ConnState::from_code(seq as u8 % 8).unwrap()));
-                w.push(&PacketIn { seq, ts_ns: ts, wirelen, data: &data, flow, fields_in_key: true, from_orig: orig, payload, flags });
+                w.push(&PacketIn { seq, ts_ns: ts, wirelen, data: &data, flow, fields_in_key: true, from_orig: orig, payload, flags, iface: 0 });
                 want[f].push((seq, ts, wirelen, data));
                 let side = &mut sides[f][usize::from(!orig)];
                 side.0 += 1;
@@ -1348,7 +1093,6 @@ mod tests {
             let (data_path, index_path) = segment_paths(&dir, 0);
             let seg = Segment::open(data_path.clone(), index_path).expect("open");
             let s2 = seg.stage2().expect("stage 2");
-            let file = File::open(&data_path).expect("data");
             let mut buf = Vec::new();
             let mut offset = 24;
             let mut ids = Vec::new();
@@ -1358,7 +1102,7 @@ mod tests {
                 ids.push(e.flow.id);
                 let f = if e.flow.id == u64::MAX { 0 } else { (100 - e.flow.id) as usize };
                 let mut got = Vec::new();
-                seg.read_flow(&file, &s2, &e, &mut buf, &mut |p| got.push((p.seq, p.ts_ns, p.wirelen, p.data.to_vec())))
+                seg.read_flow(&s2, &e, &mut buf, &mut |p| got.push((p.seq, p.ts_ns, p.wirelen, p.data.to_vec())))
                     .expect("read");
                 proptest::prop_assert!(got == want[f], "flow {}: {} packets back, {} put", f, got.len(), want[f].len());
                 if f != 0 {
@@ -1400,6 +1144,7 @@ mod tests {
                 from_orig: true,
                 payload: 0,
                 flags: 0,
+                iface: 0,
             };
             w.push(&p);
         }

@@ -15,9 +15,11 @@ use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{Field, FlowKey, IpProto, MappedFile, Need, Pred};
 
+use crate::codec::{Rd, get_varint, put_varint};
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
-use crate::segment::{Rd, get_varint, ip_of, need_may, no_flow, put_varint, v4_key, v6_key};
+use crate::segment::{ip_of, no_flow, v4_key, v6_key};
+use crate::stage1::need_may;
 
 /// Flow entries per block of the flow table.
 pub const BLOCK_FLOWS: usize = 256;
@@ -378,6 +380,9 @@ pub(crate) struct Frame {
     pub data_bytes: u64,
     pub packets: u64,
     pub positions_len: usize,
+    /// Bits of a packet's interface in its position, and the interfaces.
+    pub iface_bits: u32,
+    pub ifaces: usize,
 }
 
 /// A segment's second stage: its flow table and sorted arrays, read when stage 1 lets it through. Blocks of the
@@ -675,6 +680,16 @@ impl Stage2 {
         Ok(out)
     }
 
+    /// Checks every part (posting lists, every block and its positions) and returns every entry, slot 0 first.
+    pub fn check_all(&self) -> Result<Vec<FlowEntry>, StoreError> {
+        self.postings()?;
+        let entries = self.entries()?;
+        for e in &entries {
+            self.positions_and_ifaces(e)?;
+        }
+        Ok(entries)
+    }
+
     /// Every entry, slot 0 first.
     pub fn entries(&self) -> Result<Vec<FlowEntry>, StoreError> {
         let mut out = Vec::with_capacity(self.frame.slots);
@@ -769,22 +784,38 @@ impl Stage2 {
 
     /// The original-order positions of entry `e`'s packets, in its data order.
     pub fn positions(&self, e: &FlowEntry) -> Result<Vec<u64>, StoreError> {
+        Ok(self.positions_and_ifaces(e)?.0)
+    }
+
+    /// [`positions`](Self::positions), and each packet's interface (an index into the segment's; empty when the
+    /// segment has one).
+    pub fn positions_and_ifaces(&self, e: &FlowEntry) -> Result<(Vec<u64>, Vec<u16>), StoreError> {
         let bad = |why: &str| self.corrupt(format!("positions of flow entry {}: {why}", e.slot));
+        let bits = self.frame.iface_bits;
         let from = usize::try_from(e.positions_at).map_err(|_| bad("offset"))?;
         let to = usize::try_from(e.positions_at.saturating_add(e.positions_len)).map_err(|_| bad("offset"))?;
         let b = self.bytes.get()[self.positions.clone()].get(from..to).ok_or_else(|| bad("past the end"))?;
         let mut at = 0usize;
         let mut out = Vec::with_capacity((e.packets as usize).min(b.len()));
+        let mut ifaces = Vec::with_capacity(if bits == 0 { 0 } else { out.capacity() });
         let mut last = 0u64;
         for i in 0..e.packets {
-            let v = get_varint(b, &mut at).ok_or_else(|| bad("truncated"))?;
+            let mut v = get_varint(b, &mut at).ok_or_else(|| bad("truncated"))?;
+            if bits > 0 {
+                let iface = (v & ((1 << bits) - 1)) as usize;
+                if iface >= self.frame.ifaces {
+                    return Err(bad("an interface out of range"));
+                }
+                ifaces.push(iface as u16);
+                v >>= bits;
+            }
             last = if i == 0 { v } else { last.checked_add(v).ok_or_else(|| bad("overflow"))? };
             out.push(last);
         }
         if at != b.len() {
             return Err(bad("more bytes than packets"));
         }
-        Ok(out)
+        Ok((out, ifaces))
     }
 }
 
@@ -895,6 +926,8 @@ mod tests {
                 data_bytes: 24 + ins.iter().map(|s| s.data_len).sum::<u64>(),
                 packets: flows.iter().map(|f| f.orig.packets + f.resp.packets).sum(),
                 positions_len: ins.iter().map(|s| s.positions_len).sum::<u64>() as usize,
+                iface_bits: 0,
+                ifaces: 1,
             };
             let n = body.len();
             let mut bytes = body;

@@ -36,7 +36,13 @@ impl MappedFile {
     /// Maps the file at `path`. The file must not be truncated or modified in place while mapped (see
     /// `TraceReader::open`); files replaced by rename are safe.
     pub fn open(path: &std::path::Path) -> io::Result<MappedFile> {
-        Ok(MappedFile(Mapped::map(&File::open(path)?)?))
+        MappedFile::map(&File::open(path)?)
+    }
+
+    /// Maps the open file `file` (the same contract as [`open`](Self::open)). A map outlives the file's name:
+    /// a file removed while mapped stays readable through the map.
+    pub fn map(file: &File) -> io::Result<MappedFile> {
+        Ok(MappedFile(Mapped::map(file)?))
     }
 
     /// The file's bytes.

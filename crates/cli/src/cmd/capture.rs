@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use pcaptool_capture::{Backend, CaptureConfig, CaptureError, Control, Event, Sink, SinkError, SinkPacket, Summary};
-use pcaptool_flowstore::{ImportOptions, Incoming, Ingest, Store, StoreMeta};
+use pcaptool_flowstore::{ImportOptions, Incoming, Ingest, StoreMeta};
 use pcaptool_packet::TsPrecision;
 use pcaptool_query::Filter;
 
@@ -180,12 +180,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.filter = filter;
     config.backend = args.backend;
     config.flush_every = args.flush_every;
-    let ifaces = pcaptool_capture::probe(&config)?;
-    let mut store =
-        Store::create(&args.store).with_context(|| format!("cannot open the store {}", args.store.display()))?;
-    for r in store.repairs() {
-        eprintln!("pcaptool: store {}: {r}", args.store.display());
+    if let Some(max) = args.max_size
+        && max < args.segment_size.saturating_mul(2)
+    {
+        bail!(
+            "--max-size {max} is less than twice --segment-size {}: retention removes whole segments, so it would \
+             remove what was just captured; give a larger --max-size or a smaller --segment-size",
+            args.segment_size
+        );
     }
+    let ifaces = pcaptool_capture::probe(&config)?;
+    let mut store = crate::cmd::store::open_writer(&args.store, true)?;
     let kinds = ifaces
         .iter()
         .map(|i| {
@@ -200,7 +205,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
-    let mut sink = StoreSink { ingest: store.ingest(&opts), kinds, max_size: args.max_size };
+    let mut sink = StoreSink { ingest: store.ingest(&opts)?, kinds, max_size: args.max_size };
     // The first segment's memory, written before packets arrive (later segments reuse it).
     sink.ingest.reserve(args.segment_size.min(SEGMENT_RESERVE) as usize);
 

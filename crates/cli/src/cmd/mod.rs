@@ -5,6 +5,7 @@ pub(crate) mod convert;
 pub(crate) mod explain;
 pub(crate) mod index;
 pub(crate) mod info;
+pub(crate) mod maintain;
 pub(crate) mod query;
 pub(crate) mod shell;
 pub(crate) mod store;
@@ -16,3 +17,6 @@ pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
         _ => false,
     }
 }
+
+/// Exit status of a command that found damaged data (`verify`), or answered without it (`--skip-damaged`).
+pub(crate) const EXIT_DAMAGED: u8 = 3;

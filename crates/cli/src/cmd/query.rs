@@ -65,6 +65,10 @@ pub(crate) struct Args {
     /// Threads for the scan (default: all cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// With a flow store: answer from the undamaged segments when some are damaged, with a warning and exit
+    /// status 3 (by default a damaged segment fails the query).
+    #[arg(long)]
+    skip_damaged: bool,
 }
 
 impl Args {
@@ -83,6 +87,7 @@ impl Args {
             after: None,
             before: None,
             threads: None,
+            skip_damaged: false,
         }
     }
 }
@@ -193,6 +198,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 explain: args.explain,
                 after: args.after,
                 before: args.before,
+                skip_damaged: args.skip_damaged,
             },
         );
     }

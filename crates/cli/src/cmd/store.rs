@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use pcaptool_flowstore::{Flow, ImportOptions, Store, StoredPacket};
+use pcaptool_flowstore::{Flow, ImportOptions, Store, StoreError, StoredPacket};
 use pcaptool_packet::{Field, Need, PcapNgWriter, PcapWriter, Pred};
 use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
@@ -46,26 +46,74 @@ pub(crate) struct ImportArgs {
     /// After importing, remove the oldest segments whole until the store takes at most this much.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     max_size: Option<u64>,
+    /// Import a trace the store already holds whole again, as new packets (by default it is refused; an
+    /// interrupted import of a trace resumes after what it stored).
+    #[arg(long)]
+    allow_duplicates: bool,
     /// Print what was imported as JSON lines.
     #[arg(long)]
     json: bool,
 }
 
-fn open_store(dir: &Path) -> anyhow::Result<Store> {
-    let store = Store::open(dir).with_context(|| format!("cannot open the store {}", dir.display()))?;
+/// Opens a store for reading (which changes nothing in it); `skip_damaged` makes its reads leave damaged
+/// segments out instead of failing.
+pub(crate) fn open_store(dir: &Path, skip_damaged: bool) -> anyhow::Result<Store> {
+    let mut store = Store::open(dir).with_context(|| format!("cannot open the store {}", dir.display()))?;
+    store.set_skip_damaged(skip_damaged);
+    Ok(store)
+}
+
+/// Opens a store for writing (taking its writer lock) and says what opening it repaired.
+pub(crate) fn open_writer(dir: &Path, create: bool) -> anyhow::Result<Store> {
+    let store = if create { Store::create(dir) } else { Store::open_writer(dir) }
+        .with_context(|| format!("cannot open the store {} for writing", dir.display()))?;
     for r in store.repairs() {
         eprintln!("pcaptool: store {}: {r}", dir.display());
     }
     Ok(store)
 }
 
-pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let mut store =
-        Store::create(&args.store).with_context(|| format!("cannot open the store {}", args.store.display()))?;
-    for r in store.repairs() {
-        eprintln!("pcaptool: store {}: {r}", args.store.display());
+/// A read's error, with what to do when it is damage.
+pub(crate) fn read_error(dir: &Path, e: StoreError) -> anyhow::Error {
+    if e.is_damage() {
+        anyhow::anyhow!(
+            "{e}; the answer would miss packets: --skip-damaged answers from the other segments, `pcaptool verify {}` \
+             checks the whole store, `pcaptool repair {}` sets damaged segments aside",
+            dir.display(),
+            dir.display()
+        )
+    } else {
+        anyhow::Error::from(e)
     }
-    let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
+}
+
+/// Warns of the damaged segments a read left out; the exit status that says so.
+pub(crate) fn warn_skipped(store: &Store) -> ExitCode {
+    let skipped = store.skipped();
+    for d in &skipped {
+        eprintln!("pcaptool: warning: left out segment {}: {d}", d.number);
+    }
+    if skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "pcaptool: warning: the answer is from the undamaged segments only ({} left out): `pcaptool repair {}` \
+             sets damaged segments aside",
+            skipped.len(),
+            store.dir().display()
+        );
+        ExitCode::from(crate::cmd::EXIT_DAMAGED)
+    }
+}
+
+pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let mut store = open_writer(&args.store, true)?;
+    let opts = ImportOptions {
+        segment_bytes: args.segment_size,
+        max_size: args.max_size,
+        allow_duplicates: args.allow_duplicates,
+        ..ImportOptions::default()
+    };
     let mut code = ExitCode::SUCCESS;
     for trace in &args.traces {
         let total = std::fs::metadata(trace).ok().map(|m| m.len());
@@ -77,21 +125,30 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         pb.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
         if args.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "trace": trace, "store": args.store, "packets": stats.packets, "segments": stats.segments,
-                    "removed_segments": stats.removed, "seconds": secs,
+                    "already_stored": stats.already_stored, "removed_segments": stats.removed, "seconds": secs,
+                    "over_max_size": stats.over_max_size,
                     "damage": stats.damage.as_ref().map(|d| d.to_string()),
                 })
             );
         } else {
-            println!(
-                "{}: {} packets in {} segments of {} in {secs:.2} s{}",
+            outln!(
+                "{}: {} packets in {} segments of {} in {secs:.2} s{}{}",
                 trace.display(),
                 stats.packets,
                 stats.segments,
                 args.store.display(),
+                if stats.already_stored > 0 {
+                    format!(
+                        "; resumed an interrupted import: its first {} packets were stored already",
+                        stats.already_stored
+                    )
+                } else {
+                    String::new()
+                },
                 if stats.removed > 0 {
                     format!("; {} oldest segments removed for --max-size", stats.removed)
                 } else {
@@ -101,6 +158,15 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(d) = &stats.damage {
             eprintln!("pcaptool: error: {d}; the {} packets before it were imported", stats.packets);
+            code = ExitCode::FAILURE;
+        }
+        if let (Some(size), Some(max)) = (stats.over_max_size, args.max_size) {
+            eprintln!(
+                "pcaptool: error: the store {} takes {size} bytes, more than --max-size {max}: the segments just \
+                 imported are kept (retention never removes what it was asked to import); give a larger --max-size, \
+                 or remove older data with `pcaptool retain`",
+                args.store.display()
+            );
             code = ExitCode::FAILURE;
         }
     }
@@ -124,12 +190,14 @@ pub(crate) struct QueryOpts<'a> {
     pub(crate) after: Option<u64>,
     /// Packets before this time (ns).
     pub(crate) before: Option<u64>,
+    /// Answer from the undamaged segments when some are damaged (with a warning and exit status 3).
+    pub(crate) skip_damaged: bool,
 }
 
 /// `pcaptool query DIR FILTER` (or `--flow ID`): the store's packets the filter matches, in the original order.
 pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> anyhow::Result<ExitCode> {
-    let QueryOpts { flow, write, count, limit, explain, after, before } = *o;
-    let store = open_store(dir)?;
+    let QueryOpts { flow, write, count, limit, explain, after, before, skip_damaged } = *o;
+    let store = open_store(dir, skip_damaged)?;
     let metas = store.metas();
     if metas.is_empty() {
         bail!("the store {} holds no packets: import traces with `pcaptool import`", dir.display())
@@ -148,7 +216,8 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
         let (mut flows, mut no_flow, mut bytes) = (0u64, 0u64, 0u64);
         for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
             passed += 1;
-            for e in seg.stage2()?.candidates(&need)?.iter().filter(|e| e.packets > 0) {
+            let entries = seg.stage2().and_then(|s2| s2.candidates(&need)).map_err(|e| read_error(dir, e))?;
+            for e in entries.iter().filter(|e| e.packets > 0) {
                 if e.is_no_flow() {
                     no_flow += u64::from(e.packets);
                 } else {
@@ -157,22 +226,25 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
                 bytes += e.data_len;
             }
         }
-        println!("store:     {} ({} segments, {} packets)", dir.display(), store.segments().len(), store.packets());
-        println!("condition: {need}");
-        println!(
+        outln!("store:     {} ({} segments, {} packets)", dir.display(), store.segments().len(), store.packets());
+        outln!("condition: {need}");
+        outln!(
             "stage 1:   {passed} of {} segments may hold matches (time range, Bloom filters)",
             store.segments().len()
         );
-        println!(
-            "stage 2:   {flows} flows and {no_flow} packets of no flow to read, {bytes} bytes (one read each); the \
-             filter runs on their packets"
+        outln!(
+            "stage 2:   {flows} flows and {no_flow} packets of no flow to read, {bytes} bytes (one read each, \
+             checked against its checksums); the filter runs on their packets"
         );
+        for d in store.damaged() {
+            outln!("damaged:   segment {} cannot be read ({d}): the query fails unless --skip-damaged", d.number);
+        }
         return Ok(ExitCode::SUCCESS);
     }
     // One matcher, snapshot length and output interface per kind of segment (link type, snapshot length,
     // precision, byte order); the filter must compile for each, as a scan of the traces would require.
     let mut kinds = Vec::with_capacity(metas.len());
-    for (i, m) in metas.iter().enumerate() {
+    for (i, (m, _)) in metas.iter().enumerate() {
         let matcher = match filter {
             Some(f) => Some(
                 f.compile(pcaptool_query::Target { linktype: m.linktype.base(), swapped: m.swapped })
@@ -183,6 +255,11 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
         kinds.push((*m, matcher, crate::cmd::query::snap_for(m.linktype, m.snaplen), i as u32));
     }
     let to_stdout = write.is_some_and(|w| w.as_os_str() == "-");
+    let out_name = match write {
+        Some(w) if !to_stdout => w.display().to_string(),
+        _ => "standard output".to_string(),
+    };
+    let cannot_write = || format!("cannot write {out_name}");
     let mut out = match write {
         None => None,
         Some(w) => {
@@ -194,20 +271,22 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
                     File::create(w).with_context(|| format!("cannot create {}", w.display()))?,
                 ))
             };
-            // pcap when the store holds one kind of segment (what tcpdump writes); pcapng with an interface per
+            // pcap when the store holds one kind of packet (what tcpdump writes); pcapng with an interface per
             // kind otherwise.
-            Some(match metas[..] {
-                [m] => Out::Pcap(PcapWriter::new(sink, m.linktype, m.snaplen, m.precision)?),
+            Some(match &metas[..] {
+                [(m, _)] => {
+                    Out::Pcap(PcapWriter::new(sink, m.linktype, m.snaplen, m.precision).with_context(cannot_write)?)
+                }
                 _ => {
-                    let mut w = PcapNgWriter::new(sink)?;
-                    for m in &metas {
-                        let name = store.segments().iter().find(|s| s.stage1.meta == *m).map(|s| &s.stage1.iface_name);
+                    let mut w = PcapNgWriter::new(sink).with_context(cannot_write)?;
+                    for (m, name) in &metas {
                         w.add_interface(
                             m.linktype,
                             m.snaplen,
                             m.precision,
-                            name.filter(|n| !n.is_empty()).map(|n| n.as_str()),
-                        )?;
+                            Some(name.as_str()).filter(|n| !n.is_empty()),
+                        )
+                        .with_context(cannot_write)?;
                     }
                     Out::PcapNg(w)
                 }
@@ -234,7 +313,7 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
             Some(Out::PcapNg(w)) => w.write_packet(*iface, ts, wirelen, data),
         };
         if let Err(e) = written {
-            failure = Some(anyhow::Error::from(e).context("cannot write the output"));
+            failure = Some(anyhow::Error::from(e).context(cannot_write()));
             return false;
         }
         matched < limit
@@ -253,9 +332,9 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
             Some(Out::Pcap(w)) => w.finish(),
             Some(Out::PcapNg(w)) => w.finish(),
         };
-        sink.context("cannot write the output")?.flush().context("cannot write the output")
+        sink.with_context(cannot_write)?.flush().with_context(cannot_write)
     };
-    let outcome = result.map_err(anyhow::Error::from).and_then(|r| match failure.take() {
+    let outcome = result.map_err(|e| read_error(dir, e)).and_then(|r| match failure.take() {
         Some(e) => Err(e),
         None => Ok(r),
     });
@@ -286,9 +365,9 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
         );
     }
     if count {
-        if to_stdout { eprintln!("{matched}") } else { println!("{matched}") }
+        if to_stdout { eprintln!("{matched}") } else { outln!("{matched}") }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(warn_skipped(&store))
 }
 
 /// Arguments of `pcaptool flows`.
@@ -302,17 +381,20 @@ pub(crate) struct FlowsArgs {
     /// One JSON object per flow, one per line.
     #[arg(long)]
     json: bool,
+    /// List the flows of the undamaged segments when some are damaged (with a warning and exit status 3).
+    #[arg(long)]
+    skip_damaged: bool,
 }
 
 pub(crate) fn flows(args: FlowsArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(&args.store)?;
+    let store = open_store(&args.store, args.skip_damaged)?;
     let need = if args.filter.is_empty() {
         Need::All
     } else {
         let f = Filter::new(&args.filter.join(" ")).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?;
         necessary(&f)
     };
-    let flows = store.flows(&need)?;
+    let flows = store.flows(&need).map_err(|e| read_error(&args.store, e))?;
     let stdout = io::stdout();
     let mut o = BufWriter::new(stdout.lock());
     if !args.json {
@@ -325,7 +407,7 @@ pub(crate) fn flows(args: FlowsArgs) -> anyhow::Result<ExitCode> {
         write_flow(&mut o, f, args.json)?;
     }
     o.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(warn_skipped(&store))
 }
 
 fn write_flow(o: &mut dyn Write, f: &Flow, json: bool) -> io::Result<()> {
@@ -364,35 +446,75 @@ fn write_flow(o: &mut dyn Write, f: &Flow, json: bool) -> io::Result<()> {
     }
 }
 
-/// `pcaptool info DIR`: the store's segments, time span, packets, bytes, flows and index size.
+/// `pcaptool info DIR`: the store's segments, time span, packets, bytes, flows and index size, and what it holds
+/// that cannot be read (damaged segments, files of unfinished segments, quarantined segments).
 pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let store = open_store(dir)?;
+    // Damaged segments are described, not a failure: the rest is counted.
+    let store = open_store(dir, true)?;
     let segs = store.segments();
     let packets: u64 = segs.iter().map(|s| s.stage1.packets).sum();
     let bytes: u64 = segs.iter().map(|s| s.stage1.bytes).sum();
     let flows = store.flows(&Need::All)?.len();
-    let index: u64 = segs.iter().map(|s| std::fs::metadata(&s.index).map(|m| m.len()).unwrap_or(0)).sum();
+    let index: u64 = segs.iter().map(|s| s.stage1.index_bytes()).sum();
     let t_min = segs.iter().filter(|s| s.stage1.packets > 0).map(|s| s.stage1.t_min).min();
     let t_max = segs.iter().map(|s| s.stage1.t_max).max();
+    let unchecked = segs.iter().filter(|s| s.stage1.checksum_block().is_none()).count();
+    let mut damaged = store.damaged().to_vec();
+    damaged.extend(store.skipped().into_iter().filter(|d| !store.damaged().iter().any(|x| x.number == d.number)));
+    let leftovers: Vec<String> = store.leftovers().iter().map(|p| p.display().to_string()).collect();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "store": dir, "segments": segs.len(), "packets": packets, "data_bytes": bytes, "flows": flows,
                 "index_bytes": index, "first_ns": t_min, "last_ns": t_max,
-                "linktypes": store.metas().iter().map(|m| m.linktype.0).collect::<Vec<_>>(),
+                "linktypes": store.metas().iter().map(|m| m.0.linktype.0).collect::<std::collections::BTreeSet<_>>(),
+                "segments_without_checksums": unchecked,
+                "damaged": damaged.iter().map(|d| serde_json::json!({
+                    "segment": d.number, "file": d.path, "offset": d.offset, "why": d.why,
+                })).collect::<Vec<_>>(),
+                "unfinished_files": leftovers,
+                "quarantined": store.quarantined(),
             })
         );
     } else {
-        println!("store:        {}", dir.display());
-        println!("segments:     {}", segs.len());
-        println!("packets:      {packets}");
-        println!("data bytes:   {bytes}");
-        println!("flows:        {flows}");
-        println!("index bytes:  {index} ({:.3}% of the data)", 100.0 * index as f64 / bytes.max(1) as f64);
+        outln!("store:        {}", dir.display());
+        outln!("segments:     {}", segs.len());
+        outln!("packets:      {packets}");
+        outln!("data bytes:   {bytes}");
+        outln!("flows:        {flows}");
+        outln!("index bytes:  {index} ({:.3}% of the data)", 100.0 * index as f64 / bytes.max(1) as f64);
         if let (Some(a), Some(b)) = (t_min, t_max) {
-            println!("time span:    {} .. {}", pcaptool_packet::Rfc3339(a), pcaptool_packet::Rfc3339(b));
+            outln!("time span:    {} .. {}", pcaptool_packet::Rfc3339(a), pcaptool_packet::Rfc3339(b));
+        }
+        if unchecked > 0 {
+            outln!("unchecked:    {unchecked} segments of format version 2 have no packet data checksums");
+        }
+        for d in &damaged {
+            outln!("damaged:      segment {}: {d}", d.number);
+        }
+        if !leftovers.is_empty() {
+            outln!(
+                "unfinished:   {} files of segments being written, or left by an interrupted writer (the next writer \
+                 or `pcaptool repair` removes those)",
+                leftovers.len()
+            );
+        }
+        if store.quarantined() > 0 {
+            outln!("quarantined:  {} segments set aside by `pcaptool repair`", store.quarantined());
         }
     }
-    Ok(ExitCode::SUCCESS)
+    if damaged.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "pcaptool: warning: {} segments of {} are damaged and not counted: `pcaptool verify {}` tells more, \
+             `pcaptool repair {}` sets them aside",
+            damaged.len(),
+            dir.display(),
+            dir.display(),
+            dir.display()
+        );
+        Ok(ExitCode::from(crate::cmd::EXIT_DAMAGED))
+    }
 }

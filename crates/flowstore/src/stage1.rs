@@ -1,0 +1,370 @@
+//! A segment's first stage (docs/format/segment.md): what its packets are, its time and position ranges, the
+//! Bloom filters that rule it out without reading further, its interfaces, the trace it came from, and where its
+//! packet data's checksums are. Kept in memory for every segment of an open store.
+
+use pcaptool_packet::{Field, LinkType, Need, Pred, TsPrecision};
+
+use crate::bloom::Bloom;
+use crate::codec::Rd;
+
+/// What a packet of a store is: its link type, snapshot length, timestamp precision and byte order, and the
+/// interface it came from. Segments group packets by link type and byte order (the pcap data file has one link
+/// type; libpcap reads a few link-layer fields in the capture's byte order); a segment's interfaces carry the rest.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StoreMeta {
+    /// Link type of every packet.
+    pub linktype: LinkType,
+    /// Snapshot length of the source.
+    pub snaplen: u32,
+    /// Timestamp precision of the source (query output is written with it, as tcpdump would).
+    pub precision: TsPrecision,
+    /// Whether the source was written in the other byte order than this machine's (libpcap's filters read a
+    /// few link-layer fields, such as DLT_NULL's family, in the capture's byte order; packets are kept as they
+    /// were).
+    pub swapped: bool,
+    /// The interface the packets came from: its index in the source pcapng file (0 for pcap), or in a
+    /// capture's list of interfaces. Query output keeps interfaces apart.
+    pub iface: u32,
+}
+
+/// An interface whose packets a segment holds (a segment holds those of up to 65,536 interfaces of one link
+/// type and byte order).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SegmentIface {
+    /// Its index in the source (see [`StoreMeta::iface`]).
+    pub iface: u32,
+    /// Its snapshot length.
+    pub snaplen: u32,
+    /// Its timestamp precision.
+    pub precision: TsPrecision,
+    /// Its name (UTF-8, at most 255 bytes; empty if unknown).
+    pub name: String,
+}
+
+/// Where a segment's packets came from: a trace imported into the store, so that an interrupted import resumes
+/// after what was stored and a complete one is not imported twice.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SourceMark {
+    /// The trace's identity: its length and a hash of its first and last MiB (see `Store::import`).
+    pub id: [u8; 16],
+    /// The store position given to the trace's first packet (its packet `i` is at `seq0 + i`).
+    pub seq0: u64,
+    /// The first flow id the import gave.
+    pub flow0: u64,
+    /// 0, or how many segments the import closed when it reached the trace's end (this one among them): the
+    /// import is complete once that many such segments are in the store.
+    pub ends: u32,
+}
+
+/// A segment's first stage: kept in memory for every segment of a store.
+#[derive(Clone, Debug)]
+pub struct Stage1 {
+    /// The index's format version (2 or 3).
+    pub version: u16,
+    /// The segment's number.
+    pub number: u32,
+    /// Link type of its packets.
+    pub linktype: LinkType,
+    /// Whether its packets came in the other byte order than this machine's (see [`StoreMeta::swapped`]).
+    pub swapped: bool,
+    /// Snapshot length of the data file (the largest of its interfaces').
+    pub snaplen: u32,
+    /// Its interfaces (at least one); a packet names its own by index.
+    pub ifaces: Vec<SegmentIface>,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes of the data file.
+    pub bytes: u64,
+    /// Flows (parts of flows: a flow spans segments).
+    pub flows: u32,
+    /// Earliest and latest timestamp.
+    pub t_min: u64,
+    /// See `t_min`.
+    pub t_max: u64,
+    /// First and last position in the store's original order.
+    pub seq_min: u64,
+    /// See `seq_min`.
+    pub seq_max: u64,
+    /// Smallest and largest flow id.
+    pub flow_min: u64,
+    /// See `flow_min`.
+    pub flow_max: u64,
+    /// Whether some packet's address or port fields are unknown to the Bloom filters.
+    pub unknown_fields: bool,
+    /// The trace the packets were imported from (`None` for a capture or a stream).
+    pub source: Option<SourceMark>,
+    pub(crate) addr_bloom: Bloom,
+    pub(crate) port_bloom: Bloom,
+    pub(crate) id_bloom: Bloom,
+    pub(crate) stage2_len: u64,
+    pub(crate) positions_len: u64,
+    /// log2 of the data checksum block size (0: no checksums, a version 2 segment).
+    pub(crate) block_log2: u8,
+    /// CRC-32 of the checksum part.
+    pub(crate) sums_crc: u32,
+    /// Where stage 2 starts in the index file.
+    pub(crate) stage2_at: u64,
+}
+
+fn precision_code(p: TsPrecision) -> u8 {
+    match p {
+        TsPrecision::Micro => 0,
+        TsPrecision::Nano => 1,
+    }
+}
+
+fn precision_of(code: u8) -> Result<TsPrecision, String> {
+    match code {
+        0 => Ok(TsPrecision::Micro),
+        1 => Ok(TsPrecision::Nano),
+        p => Err(format!("precision code {p}")),
+    }
+}
+
+impl Stage1 {
+    /// The full kind of the packets of interface `i` of the segment (`i` below `ifaces.len()`).
+    pub fn meta(&self, i: usize) -> StoreMeta {
+        let f = &self.ifaces[i];
+        StoreMeta {
+            linktype: self.linktype,
+            snaplen: f.snaplen,
+            precision: f.precision,
+            swapped: self.swapped,
+            iface: f.iface,
+        }
+    }
+
+    /// Each interface's kind of packet, with its name.
+    pub fn metas(&self) -> impl Iterator<Item = (StoreMeta, &str)> + '_ {
+        (0..self.ifaces.len()).map(|i| (self.meta(i), self.ifaces[i].name.as_str()))
+    }
+
+    /// Bits of a packet's interface index in its position (0 with one interface).
+    pub(crate) fn iface_bits(&self) -> u32 {
+        iface_bits(self.ifaces.len())
+    }
+
+    /// Bytes of the data checksum block (`None` for a version 2 segment, which has none).
+    pub fn checksum_block(&self) -> Option<u64> {
+        (self.block_log2 != 0).then(|| 1u64 << self.block_log2)
+    }
+
+    /// Checksums of the data file: one per block.
+    pub(crate) fn sums_count(&self) -> u64 {
+        self.checksum_block().map_or(0, |b| self.bytes.div_ceil(b))
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut o = Vec::new();
+        o.extend_from_slice(&self.number.to_le_bytes());
+        o.extend_from_slice(&self.linktype.0.to_le_bytes());
+        o.extend_from_slice(&self.snaplen.to_le_bytes());
+        o.push(u8::from(self.unknown_fields));
+        o.push(u8::from(self.swapped));
+        o.push(self.block_log2);
+        o.push(0);
+        for v in [self.packets, self.bytes, u64::from(self.flows), self.t_min, self.t_max, self.seq_min, self.seq_max] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.flow_min, self.flow_max, self.stage2_len, self.positions_len] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        for b in [&self.addr_bloom, &self.port_bloom, &self.id_bloom] {
+            o.extend_from_slice(&b.k().to_le_bytes());
+            o.extend_from_slice(&(b.words().len() as u32).to_le_bytes());
+            for w in b.words() {
+                o.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        o.extend_from_slice(&self.sums_crc.to_le_bytes());
+        o.extend_from_slice(&(self.ifaces.len() as u32).to_le_bytes());
+        for f in &self.ifaces {
+            o.extend_from_slice(&f.iface.to_le_bytes());
+            o.extend_from_slice(&f.snaplen.to_le_bytes());
+            o.push(precision_code(f.precision));
+            o.push(f.name.len() as u8);
+            o.extend_from_slice(f.name.as_bytes());
+        }
+        match &self.source {
+            None => o.push(0),
+            Some(s) => {
+                o.push(16);
+                o.extend_from_slice(&s.id);
+                o.extend_from_slice(&s.seq0.to_le_bytes());
+                o.extend_from_slice(&s.flow0.to_le_bytes());
+                o.extend_from_slice(&s.ends.to_le_bytes());
+            }
+        }
+        o
+    }
+
+    /// Decodes a stage 1 body of format `version` (2 or 3).
+    pub(crate) fn decode(b: &[u8], version: u16) -> Result<Stage1, String> {
+        let mut r = Rd { b, at: 0 };
+        let number = r.u32()?;
+        let linktype = LinkType(r.u32()?);
+        let snaplen = r.u32()?;
+        let flag = |r: &mut Rd<'_>, what: &str| match r.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            x => Err(format!("{what} flag {x}")),
+        };
+        // Version 2: precision, unknown fields, byte order, zero; version 3: unknown fields, byte order, block
+        // size, zero (precision is per interface).
+        let v2_precision = if version == 2 { Some(precision_of(r.u8()?)?) } else { None };
+        let unknown_fields = r.u8()? != 0;
+        let swapped = flag(&mut r, "byte-order")?;
+        let block_log2 = if version == 2 { 0 } else { r.u8()? };
+        if version == 2 {
+            r.take(1)?;
+        } else if r.u8()? != 0 || !(block_log2 == 0 || (9..=30).contains(&block_log2)) {
+            return Err(format!("checksum block size 2^{block_log2}"));
+        }
+        let packets = r.u64()?;
+        let bytes = r.u64()?;
+        let flows = u32::try_from(r.u64()?).map_err(|_| "flow count")?;
+        let (t_min, t_max, seq_min, seq_max) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let (flow_min, flow_max, stage2_len, positions_len) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let bloom = |r: &mut Rd<'_>| -> Result<Bloom, String> {
+            let k = r.u32()?;
+            let n = r.u32()? as usize;
+            let words = r.take(n.checked_mul(8).ok_or("bloom size")?)?;
+            let bits = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+            Bloom::from_parts(k, bits).ok_or_else(|| "a Bloom filter without bits or probes".to_string())
+        };
+        let addr_bloom = bloom(&mut r)?;
+        let port_bloom = bloom(&mut r)?;
+        let id_bloom = bloom(&mut r)?;
+        let name = |r: &mut Rd<'_>| -> Result<String, String> {
+            let len = r.u8()? as usize;
+            String::from_utf8(r.take(len)?.to_vec()).map_err(|_| "interface name not UTF-8".to_string())
+        };
+        let (sums_crc, ifaces, source) = match v2_precision {
+            Some(precision) => {
+                let iface = r.u32()?;
+                let name = name(&mut r)?;
+                (0, vec![SegmentIface { iface, snaplen, precision, name }], None)
+            }
+            None => {
+                let sums_crc = r.u32()?;
+                let n = r.u32()? as usize;
+                if n == 0 || n > 1 << 16 || n > r.b.len() {
+                    return Err(format!("{n} interfaces"));
+                }
+                let mut ifaces = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (iface, snaplen) = (r.u32()?, r.u32()?);
+                    let precision = precision_of(r.u8()?)?;
+                    ifaces.push(SegmentIface { iface, snaplen, precision, name: name(&mut r)? });
+                }
+                let source = match r.u8()? {
+                    0 => None,
+                    16 => {
+                        let mut id = [0u8; 16];
+                        id.copy_from_slice(r.take(16)?);
+                        Some(SourceMark { id, seq0: r.u64()?, flow0: r.u64()?, ends: r.u32()? })
+                    }
+                    n => return Err(format!("a source identity of {n} bytes")),
+                };
+                (sums_crc, ifaces, source)
+            }
+        };
+        if r.at != b.len() {
+            return Err("bytes after stage 1".into());
+        }
+        Ok(Stage1 {
+            version,
+            number,
+            linktype,
+            swapped,
+            snaplen,
+            ifaces,
+            packets,
+            bytes,
+            flows,
+            t_min,
+            t_max,
+            seq_min,
+            seq_max,
+            flow_min,
+            flow_max,
+            unknown_fields,
+            source,
+            addr_bloom,
+            port_bloom,
+            id_bloom,
+            stage2_len,
+            positions_len,
+            block_log2,
+            sums_crc,
+            stage2_at: 0,
+        })
+    }
+
+    /// Bytes of the index beyond stage 1 (flow table, sorted arrays, positions, data checksums).
+    pub fn stage2_bytes(&self) -> u64 {
+        self.stage2_len + self.positions_len + 4 * self.sums_count()
+    }
+
+    /// Bytes of the whole index file.
+    pub fn index_bytes(&self) -> u64 {
+        self.stage2_at + self.stage2_bytes()
+    }
+
+    /// Bytes of the original-order positions (the rest of the index is the flow index proper).
+    pub fn positions_bytes(&self) -> u64 {
+        self.positions_len
+    }
+
+    /// Whether the segment may hold packets of flow `id` (its id range and a Bloom filter of its flow ids).
+    pub fn may_hold_flow(&self, id: u64) -> bool {
+        (self.flow_min..=self.flow_max).contains(&id) && self.id_bloom.may_contain(&id.to_le_bytes())
+    }
+
+    /// Whether the segment may hold a packet satisfying `need` (false only when it cannot).
+    pub fn may_match(&self, need: &Need) -> bool {
+        need_may(need, &|p| self.pred_may(p))
+    }
+
+    fn pred_may(&self, p: &Pred) -> bool {
+        let exact = p.mask == u128::MAX && p.lo == p.hi;
+        match p.field {
+            Field::Time => p.mask != u128::MAX || (p.lo <= u128::from(self.t_max) && u128::from(self.t_min) <= p.hi),
+            _ if self.unknown_fields => true,
+            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if exact => {
+                self.addr_bloom.may_contain(&(p.lo as u32).to_be_bytes())
+            }
+            Field::Ip6Src | Field::Ip6Dst if exact => self.addr_bloom.may_contain(&p.lo.to_be_bytes()),
+            Field::SrcPort | Field::DstPort if p.mask == u128::MAX && p.hi.saturating_sub(p.lo) < 16 => {
+                (p.lo..=p.hi.min(0xffff)).any(|v| self.port_bloom.may_contain(&(v as u16).to_be_bytes()))
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Bits of a packet's interface index in its position, for a segment of `n` interfaces: 0 for one, else enough
+/// for `n - 1`.
+pub(crate) fn iface_bits(n: usize) -> u32 {
+    if n <= 1 { 0 } else { usize::BITS - (n - 1).leading_zeros() }
+}
+
+/// `need` evaluated with `pred` deciding each predicate (a superset: `All` and unknown fields may match).
+pub(crate) fn need_may(need: &Need, pred: &dyn Fn(&Pred) -> bool) -> bool {
+    match need {
+        Need::All => true,
+        Need::Pred(p) => pred(p),
+        Need::And(v) => v.iter().all(|n| need_may(n, pred)),
+        Need::Or(v) => v.iter().any(|n| need_may(n, pred)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_bits() {
+        assert_eq!([1, 2, 3, 4, 5, 256, 257, 65536].map(iface_bits), [0, 1, 2, 2, 3, 8, 9, 16]);
+    }
+}
