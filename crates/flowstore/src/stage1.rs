@@ -10,7 +10,7 @@ use crate::codec::Rd;
 /// What a packet of a store is: its link type, snapshot length, timestamp precision and byte order, and the
 /// interface it came from. Segments group packets by link type and byte order (the pcap data file has one link
 /// type; libpcap reads a few link-layer fields in the capture's byte order); a segment's interfaces carry the rest.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct StoreMeta {
     /// Link type of every packet.
     pub linktype: LinkType,

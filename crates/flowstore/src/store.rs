@@ -404,9 +404,10 @@ impl Store {
     /// name its interface was first given.
     pub fn metas(&self) -> Vec<(StoreMeta, String)> {
         let mut v: Vec<(StoreMeta, String)> = Vec::new();
+        let mut seen = rustc_hash::FxHashSet::default();
         for s in &self.segments {
             for (m, name) in s.stage1.metas() {
-                if !v.iter().any(|x| x.0 == m) {
+                if seen.insert(m) {
                     v.push((m, name.to_string()));
                 }
             }

@@ -20,13 +20,16 @@ impl PartialEq for Loc {
 }
 impl Eq for Loc {}
 
-/// A boolean filter expression.
+/// A boolean filter expression. A run of one operator is one node (`a or b or c` is `Or([a, b, c])`, at least
+/// two operands, none itself of the same operator), so that a chain of thousands of terms is not thousands of
+/// levels deep; `and` and `or` are associative under libpcap's left-to-right, short-circuit evaluation, so the
+/// grouping carries no meaning.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Expr {
-    /// Both (left evaluated first).
-    And(Box<Expr>, Box<Expr>),
-    /// Either (left evaluated first).
-    Or(Box<Expr>, Box<Expr>),
+    /// All of them (evaluated left to right).
+    And(Vec<Expr>),
+    /// Any of them (evaluated left to right).
+    Or(Vec<Expr>),
     /// Negation.
     Not(Box<Expr>),
     /// A primitive and where it was written.
@@ -435,9 +438,19 @@ impl fmt::Display for Prim {
 
 impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |f: &mut fmt::Formatter<'_>, v: &[Expr], op: &str| {
+            write!(f, "(")?;
+            for (i, e) in v.iter().enumerate() {
+                if i > 0 {
+                    write!(f, " {op} ")?;
+                }
+                write!(f, "{e}")?;
+            }
+            write!(f, ")")
+        };
         match self {
-            Expr::And(a, b) => write!(f, "({a} and {b})"),
-            Expr::Or(a, b) => write!(f, "({a} or {b})"),
+            Expr::And(v) => list(f, v, "and"),
+            Expr::Or(v) => list(f, v, "or"),
             Expr::Not(a) => write!(f, "not {a}"),
             Expr::Prim(p, _) => write!(f, "{p}"),
         }
@@ -445,13 +458,34 @@ impl fmt::Display for Expr {
 }
 
 impl Expr {
+    /// `a and b`, flattened: the operands of an `and` among them become operands of this one.
+    pub fn and(a: Expr, b: Expr) -> Expr {
+        Expr::join(a, b, true)
+    }
+
+    /// `a or b`, flattened.
+    pub fn or(a: Expr, b: Expr) -> Expr {
+        Expr::join(a, b, false)
+    }
+
+    fn join(a: Expr, b: Expr, and: bool) -> Expr {
+        let mut v = match a {
+            Expr::And(v) if and => v,
+            Expr::Or(v) if !and => v,
+            a => vec![a],
+        };
+        match b {
+            Expr::And(w) if and => v.extend(w),
+            Expr::Or(w) if !and => v.extend(w),
+            b => v.push(b),
+        }
+        if and { Expr::And(v) } else { Expr::Or(v) }
+    }
+
     /// Visits every primitive, left to right (the order libpcap generates code in).
     pub fn for_each_prim<'a>(&'a self, f: &mut impl FnMut(&'a Prim, Span)) {
         match self {
-            Expr::And(a, b) | Expr::Or(a, b) => {
-                a.for_each_prim(f);
-                b.for_each_prim(f);
-            }
+            Expr::And(v) | Expr::Or(v) => v.iter().for_each(|e| e.for_each_prim(f)),
             Expr::Not(a) => a.for_each_prim(f),
             Expr::Prim(p, at) => f(p, at.0),
         }

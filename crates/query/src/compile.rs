@@ -265,13 +265,18 @@ impl Compiler {
 
     pub(crate) fn compile(&mut self, e: &Expr) -> CResult<Cond> {
         Ok(match e {
-            Expr::And(a, b) => {
-                let a = self.compile(a)?;
-                Cond::and(a, self.compile(b)?)
-            }
-            Expr::Or(a, b) => {
-                let a = self.compile(a)?;
-                Cond::or(a, self.compile(b)?)
+            Expr::And(v) | Expr::Or(v) => {
+                let and = matches!(e, Expr::And(_));
+                let mut acc: Option<Cond> = None;
+                for x in v {
+                    let c = self.compile(x)?;
+                    acc = Some(match acc {
+                        None => c,
+                        Some(a) if and => Cond::and(a, c),
+                        Some(a) => Cond::or(a, c),
+                    });
+                }
+                acc.unwrap_or(if and { Cond::True } else { Cond::False })
             }
             Expr::Not(a) => Cond::not(self.compile(a)?),
             Expr::Prim(p, at) => {

@@ -59,6 +59,11 @@ pub enum ErrorKind {
     BadTime(String),
     /// A filter libpcap also refuses, with libpcap's reason (qualifier misuse, value out of range, ...).
     Invalid(String),
+    /// The filter nests deeper than pcaptool takes (see [`crate::MAX_DEPTH`]).
+    TooDeep {
+        /// The most levels taken.
+        max: u32,
+    },
     /// The filter means nothing on this link type (libpcap refuses it as well).
     LinkType {
         /// What cannot be done.
@@ -82,6 +87,11 @@ impl fmt::Display for ErrorKind {
             ErrorKind::UnknownName { what, name } => write!(f, "unknown {what} '{name}'"),
             ErrorKind::BadTime(why) => write!(f, "{why}"),
             ErrorKind::Invalid(why) => write!(f, "{why}"),
+            ErrorKind::TooDeep { max } => write!(
+                f,
+                "the filter nests more than {max} levels deep (parentheses, 'not', arithmetic operators, 'and' and \
+                 'or' alternating); write it with fewer levels (a long run of one operator is one level)"
+            ),
             ErrorKind::LinkType { what, linktype } => write!(f, "{what} on link type {linktype}"),
         }
     }
@@ -116,13 +126,31 @@ impl FilterError {
     /// The filter and a caret line under the offending part, or `None` when the text is unknown.
     pub fn caret(&self) -> Option<String> {
         let src = self.source.as_deref()?;
-        // Columns count characters, not bytes; tabs and newlines are shown as spaces.
-        let shown: String = src.chars().map(|c| if c.is_whitespace() { ' ' } else { c }).collect();
-        let col = src.get(..self.span.start.min(src.len())).map_or(0, |s| s.chars().count());
+        // Columns count characters, not bytes; tabs and newlines are shown as spaces. A long filter is shown around
+        // the place only.
+        let start = self.span.start.min(src.len());
+        let (from, to) = if src.len() > 160 {
+            let mut from = start.saturating_sub(60);
+            while !src.is_char_boundary(from) {
+                from -= 1;
+            }
+            let mut to = (start + 100).min(src.len());
+            while !src.is_char_boundary(to) {
+                to += 1;
+            }
+            (from, to)
+        } else {
+            (0, src.len())
+        };
+        let (pre, post) = (if from > 0 { "..." } else { "" }, if to < src.len() { "..." } else { "" });
+        let shown: String = pre.to_string()
+            + &src[from..to].chars().map(|c| if c.is_whitespace() { ' ' } else { c }).collect::<String>()
+            + post;
+        let col = pre.len() + src.get(from..start).map_or(0, |s| s.chars().count());
         let width = src
             .get(self.span.start.min(src.len())..self.span.end.min(src.len()))
             .map_or(1, |s| s.chars().count())
-            .max(1);
+            .clamp(1, 100);
         Some(format!("  {shown}\n  {}{}", " ".repeat(col), "^".repeat(width)))
     }
 }

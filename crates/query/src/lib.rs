@@ -38,7 +38,7 @@ pub use ast::Expr;
 pub use compile::Target;
 pub use error::{ErrorKind, FilterError, Span};
 pub use matcher::Matcher;
-pub use parse::parse;
+pub use parse::{MAX_DEPTH, parse};
 
 /// A parsed filter, ready to be compiled for the link types it meets.
 #[derive(Clone, Debug)]

@@ -16,6 +16,12 @@ use crate::lex::{Kw, Tok, tokenize};
 
 type PResult<T> = Result<T, FilterError>;
 
+/// How deeply a filter may nest: parentheses, `not`, unary minus and arithmetic operators, and `and` and `or`
+/// alternating (a run of one operator is one level however long). Deeper filters are refused with
+/// [`ErrorKind::TooDeep`], so that no step of parsing, compiling or printing them can exhaust a thread's stack;
+/// real filters nest a few levels.
+pub const MAX_DEPTH: u32 = 200;
+
 /// Parses a filter. `Ok(None)` is the empty filter, which accepts every packet.
 pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
     parse_inner(input).map_err(|e| e.with_source(input))
@@ -23,7 +29,7 @@ pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
 
 fn parse_inner(input: &str) -> PResult<Option<Expr>> {
     let toks = tokenize(input)?;
-    let mut p = Parser { src: input, toks, pos: 0, q: None };
+    let mut p = Parser { src: input, toks, pos: 0, q: None, depth: 0 };
     if p.peek() == &Tok::Eof {
         return Ok(None);
     }
@@ -40,6 +46,8 @@ struct Parser<'a> {
     pos: usize,
     /// libpcap's `$<blk>0.q`: the qualifiers an unqualified identifier takes here; `None` is libpcap's `qerr`.
     q: Option<Qual>,
+    /// Levels of nesting entered (see [`MAX_DEPTH`]).
+    depth: u32,
 }
 
 /// Of two failed alternatives, the error that got further into the input.
@@ -104,9 +112,35 @@ impl Parser<'_> {
         self.q = s.1;
     }
 
+    fn too_deep(&self) -> FilterError {
+        FilterError::new(ErrorKind::TooDeep { max: MAX_DEPTH }, self.span())
+    }
+
+    /// Runs `f` one level deeper, refusing to go past [`MAX_DEPTH`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.too_deep());
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    /// Checks that a tree `extra` levels deep below the current nesting stays within [`MAX_DEPTH`].
+    fn check_depth(&self, extra: u32) -> PResult<()> {
+        if self.depth.saturating_add(extra) > MAX_DEPTH { Err(self.too_deep()) } else { Ok(()) }
+    }
+
     /// `expr: term | expr and term | expr or term | expr and id | expr or id`
     fn expr(&mut self) -> PResult<Expr> {
+        self.nested(Parser::expr_inner)
+    }
+
+    fn expr_inner(&mut self) -> PResult<Expr> {
         let mut e = self.term()?;
+        // Levels added by `and` and `or` alternating (a run of one is one node).
+        let mut alternations = 0;
         loop {
             let and = match self.peek() {
                 Tok::And => true,
@@ -130,7 +164,11 @@ impl Parser<'_> {
                     })?
                 }
             };
-            e = if and { Expr::And(Box::new(e), Box::new(rhs)) } else { Expr::Or(Box::new(e), Box::new(rhs)) };
+            if matches!((&e, and), (Expr::Or(_), true) | (Expr::And(_), false)) {
+                alternations += 1;
+                self.check_depth(alternations)?;
+            }
+            e = if and { Expr::and(e, rhs) } else { Expr::or(e, rhs) };
         }
     }
 
@@ -138,7 +176,7 @@ impl Parser<'_> {
     fn term(&mut self) -> PResult<Expr> {
         if *self.peek() == Tok::Not {
             self.bump();
-            let t = self.term()?;
+            let t = self.nested(Parser::term)?;
             return Ok(Expr::Not(Box::new(t)));
         }
         self.rterm()
@@ -298,7 +336,7 @@ impl Parser<'_> {
             }
             Tok::LParen => {
                 self.bump();
-                let n = self.pnum()?;
+                let n = self.nested(Parser::pnum)?;
                 self.expect(Tok::RParen, "')'")?;
                 Ok(n)
             }
@@ -399,7 +437,7 @@ impl Parser<'_> {
         let id = match self.peek().clone() {
             Tok::Not => {
                 self.bump();
-                let inner = self.id()?;
+                let inner = self.nested(Parser::id)?;
                 return Ok(Expr::Not(Box::new(inner)));
             }
             Tok::LParen => {
@@ -409,21 +447,25 @@ impl Parser<'_> {
                 } else {
                     self.restore(saved);
                     self.bump();
-                    let mut e = self.id()?;
-                    loop {
-                        let and = match self.peek() {
-                            Tok::And => true,
-                            Tok::Or => false,
-                            _ => break,
-                        };
-                        self.bump();
-                        let rhs = self.id()?;
-                        e = if and {
-                            Expr::And(Box::new(e), Box::new(rhs))
-                        } else {
-                            Expr::Or(Box::new(e), Box::new(rhs))
-                        };
-                    }
+                    let e = self.nested(|p| {
+                        let mut e = p.id()?;
+                        let mut alternations = 0;
+                        loop {
+                            let and = match p.peek() {
+                                Tok::And => true,
+                                Tok::Or => false,
+                                _ => break,
+                            };
+                            p.bump();
+                            let rhs = p.id()?;
+                            if matches!((&e, and), (Expr::Or(_), true) | (Expr::And(_), false)) {
+                                alternations += 1;
+                                p.check_depth(alternations)?;
+                            }
+                            e = if and { Expr::and(e, rhs) } else { Expr::or(e, rhs) };
+                        }
+                        Ok(e)
+                    })?;
                     self.expect(Tok::RParen, "')'")?;
                     return Ok(e);
                 }
@@ -493,7 +535,7 @@ impl Parser<'_> {
     /// `arth relop arth`
     fn relation(&mut self) -> PResult<Expr> {
         let start = self.span();
-        let lhs = self.arith(0)?;
+        let (lhs, _) = self.arith(0)?;
         let op = match self.peek() {
             Tok::Gt => RelOp::Gt,
             Tok::Ge => RelOp::Ge,
@@ -504,19 +546,26 @@ impl Parser<'_> {
             _ => return Err(self.unexpected("a comparison operator (=, !=, <, <=, >, >=)")),
         };
         self.bump();
-        let rhs = self.arith(0)?;
+        let (rhs, _) = self.arith(0)?;
         self.q = None;
         Ok(self.prim(Prim::Rel { op, lhs, rhs }, start))
     }
 
-    fn arith(&mut self, min: u8) -> PResult<Arith> {
-        let mut lhs = self.arith_unary()?;
+    /// An arithmetic expression binding at least as tightly as `min`, and how many levels deep it is.
+    fn arith(&mut self, min: u8) -> PResult<(Arith, u32)> {
+        self.nested(|p| p.arith_inner(min))
+    }
+
+    fn arith_inner(&mut self, min: u8) -> PResult<(Arith, u32)> {
+        let (mut lhs, mut depth) = self.arith_unary()?;
         loop {
             let (op, prec) = match self.peek() {
                 Tok::Caret => {
                     // No precedence in libpcap's grammar: yacc shifts, so the rest is the right operand.
                     self.bump();
-                    let rhs = self.arith(0)?;
+                    let (rhs, d) = self.arith(0)?;
+                    depth = depth.max(d) + 1;
+                    self.check_depth(depth)?;
                     lhs = Arith::Bin(ArithOp::Xor, Box::new(lhs), Box::new(rhs));
                     continue;
                 }
@@ -529,35 +578,38 @@ impl Parser<'_> {
                 Tok::Star => (ArithOp::Mul, 5),
                 Tok::Slash => (ArithOp::Div, 5),
                 Tok::Percent => (ArithOp::Mod, 5),
-                _ => return Ok(lhs),
+                _ => return Ok((lhs, depth)),
             };
             if prec < min {
-                return Ok(lhs);
+                return Ok((lhs, depth));
             }
             self.bump();
-            let rhs = self.arith(prec + 1)?;
+            let (rhs, d) = self.arith(prec + 1)?;
+            // A left-leaning chain (`1 + 1 + ...`) is built by this loop, not by recursion: its depth counts too.
+            depth = depth.max(d) + 1;
+            self.check_depth(depth)?;
             lhs = Arith::Bin(op, Box::new(lhs), Box::new(rhs));
         }
     }
 
-    fn arith_unary(&mut self) -> PResult<Arith> {
+    fn arith_unary(&mut self) -> PResult<(Arith, u32)> {
         if *self.peek() == Tok::Minus {
             self.bump();
-            let a = self.arith(6)?;
-            return Ok(Arith::Neg(Box::new(a)));
+            let (a, d) = self.arith(6)?;
+            return Ok((Arith::Neg(Box::new(a)), d + 1));
         }
         self.arith_primary()
     }
 
-    fn arith_primary(&mut self) -> PResult<Arith> {
+    fn arith_primary(&mut self) -> PResult<(Arith, u32)> {
         match self.peek().clone() {
             Tok::Num(n) => {
                 self.bump();
-                Ok(Arith::Num(n))
+                Ok((Arith::Num(n), 1))
             }
             Tok::Kw(Kw::Len) => {
                 self.bump();
-                Ok(Arith::Len)
+                Ok((Arith::Len, 1))
             }
             Tok::LParen => {
                 self.bump();
@@ -571,7 +623,7 @@ impl Parser<'_> {
                 };
                 self.bump();
                 self.bump();
-                let index = self.arith(0)?;
+                let (index, depth) = self.arith(0)?;
                 let mut size = 1;
                 if *self.peek() == Tok::Colon {
                     self.bump();
@@ -588,7 +640,7 @@ impl Parser<'_> {
                     size = n;
                 }
                 self.expect(Tok::RBrack, "']'")?;
-                Ok(Arith::Load { proto, index: Box::new(index), size })
+                Ok((Arith::Load { proto, index: Box::new(index), size }, depth + 1))
             }
             _ => Err(self.unexpected("a number, 'len', 'proto[offset]' or '('")),
         }
@@ -609,7 +661,10 @@ mod tests {
         assert_eq!(show("tcp dst port 80 or 443"), "(tcp dst port 80 or tcp dst port 443)");
         assert_eq!(show("tcp or udp and icmp"), "((tcp or udp) and icmp)");
         assert_eq!(show("host 1.1.1.1 and not 2.2.2.2"), "(host 1.1.1.1 and not host 2.2.2.2)");
-        assert_eq!(show("host 1.1.1.1 or (tcp) or 2.2.2.2"), "((host 1.1.1.1 or tcp) or host 2.2.2.2)");
+        // A run of one operator is one node, parenthesised or not.
+        assert_eq!(show("host 1.1.1.1 or (tcp) or 2.2.2.2"), "(host 1.1.1.1 or tcp or host 2.2.2.2)");
+        assert_eq!(show("(tcp or udp) or (icmp or arp)"), "(tcp or udp or icmp or arp)");
+        assert_eq!(show("tcp and udp or icmp and arp"), "(((tcp and udp) or icmp) and arp)");
         assert_eq!(show("src or dst port 53"), "src or dst port 53");
         assert_eq!(show("not tcp and udp"), "(not tcp and udp)");
         assert_eq!(show("host 1.1.1.1 or (2.2.2.2 and 3.3.3.3)"), "(host 1.1.1.1 or (host 2.2.2.2 and host 3.3.3.3))");
@@ -624,6 +679,33 @@ mod tests {
         assert_eq!(show("-len + 1 = 0"), "(-len + 1) = 0");
         assert_eq!(show("tcp[tcpflags] & tcp-syn != 0"), "(tcp[13:1] & 2) != 0");
         assert_eq!(show("(ip[0] & 0xf) > 5"), "(ip[0:1] & 15) > 5");
+    }
+
+    /// Nesting past [`MAX_DEPTH`] is refused with its own error, however it is made (parentheses, `not`, unary
+    /// minus, left-leaning arithmetic, right-leaning `^`, `and`/`or` alternating, parenthesised identifiers);
+    /// a run of one operator, however long, is one level.
+    #[test]
+    fn nesting_is_bounded_and_long_runs_are_flat() {
+        let deep = |s: &str| matches!(parse(s), Err(FilterError { kind: ErrorKind::TooDeep { .. }, .. }));
+        let n = 5 * MAX_DEPTH as usize;
+        assert!(deep(&format!("{}tcp{}", "(".repeat(n), ")".repeat(n))));
+        assert!(deep(&format!("{}tcp", "not ".repeat(n))));
+        assert!(deep(&format!("ip[0] = {}1", "-".repeat(n))));
+        assert!(deep(&format!("ip[0] = 1{}", " + 1".repeat(n))));
+        assert!(deep(&format!("ip[0] = 1{}", " ^ 1".repeat(n))));
+        assert!(deep(&format!("ip[{}0{}] = 1", "ip[".repeat(n), "]".repeat(n))));
+        assert!(deep(&format!("tcp{}", [" and udp", " or icmp"].repeat(n).concat())));
+        assert!(deep(&format!("host ({}1.1.1.1{})", "(".repeat(n), ")".repeat(n))));
+        assert!(deep(&format!("port {}1{}", "(".repeat(n), ")".repeat(n))));
+        // Within the bound: parsed.
+        let ok = MAX_DEPTH as usize / 3;
+        assert!(parse(&format!("{}tcp{}", "(".repeat(ok), ")".repeat(ok))).is_ok());
+        assert!(parse(&format!("ip[0] = 1{}", " + 1".repeat(ok))).is_ok());
+        let run: String = (0..20_000).map(|i| format!("port {}", i % 65536)).collect::<Vec<_>>().join(" or ");
+        match parse(&run) {
+            Ok(Some(Expr::Or(v))) => assert_eq!(v.len(), 20_000),
+            other => panic!("a run of 20,000: {other:?}"),
+        }
     }
 
     #[test]

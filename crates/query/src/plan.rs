@@ -53,14 +53,8 @@ struct Walk {
 impl Walk {
     fn expr(&mut self, e: &Expr) -> Need {
         match e {
-            Expr::And(a, b) => {
-                let a = self.expr(a);
-                Need::and(vec![a, self.expr(b)])
-            }
-            Expr::Or(a, b) => {
-                let a = self.expr(a);
-                Need::or(vec![a, self.expr(b)])
-            }
+            Expr::And(v) => Need::and(v.iter().map(|x| self.expr(x)).collect()),
+            Expr::Or(v) => Need::or(v.iter().map(|x| self.expr(x)).collect()),
             Expr::Not(a) => {
                 // The negation of a necessary condition is not necessary; walk only for the offset state.
                 self.expr(a);
@@ -253,7 +247,7 @@ pub fn necessary(filter: &Filter) -> Need {
 pub fn exact(filter: &Filter) -> bool {
     fn expr(e: &Expr) -> bool {
         match e {
-            Expr::And(a, b) | Expr::Or(a, b) => expr(a) && expr(b),
+            Expr::And(v) | Expr::Or(v) => v.iter().all(expr),
             Expr::Not(_) => false,
             Expr::Prim(p, _) => prim(p),
         }

@@ -234,10 +234,10 @@ pub enum Cond {
         /// Right.
         b: Val,
     },
-    /// Both, left first.
-    And(Box<Cond>, Box<Cond>),
-    /// Either, left first.
-    Or(Box<Cond>, Box<Cond>),
+    /// All of them, left first (at least two, none itself an `And`: see [`Cond::and`]).
+    And(Vec<Cond>),
+    /// Any of them, left first (at least two, none itself an `Or`).
+    Or(Vec<Cond>),
     /// Negation (a failed load under it still ends the program).
     Not(Box<Cond>),
     /// Computes a value and holds (the value is not tested): libpcap's computation of variable header
@@ -253,14 +253,29 @@ pub enum Cond {
 }
 
 impl Cond {
-    /// `a and b`.
+    /// `a and b`, flattened (the operands of an `And` among them become operands of this one: libpcap's code for
+    /// `(a and b) and c` and for `a and (b and c)` is the same).
     pub fn and(a: Cond, b: Cond) -> Cond {
-        Cond::And(Box::new(a), Box::new(b))
+        Cond::join(a, b, true)
     }
 
-    /// `a or b`.
+    /// `a or b`, flattened.
     pub fn or(a: Cond, b: Cond) -> Cond {
-        Cond::Or(Box::new(a), Box::new(b))
+        Cond::join(a, b, false)
+    }
+
+    fn join(a: Cond, b: Cond, and: bool) -> Cond {
+        let mut v = match a {
+            Cond::And(v) if and => v,
+            Cond::Or(v) if !and => v,
+            a => vec![a],
+        };
+        match b {
+            Cond::And(w) if and => v.extend(w),
+            Cond::Or(w) if !and => v.extend(w),
+            b => v.push(b),
+        }
+        if and { Cond::And(v) } else { Cond::Or(v) }
     }
 
     /// `not a`.
@@ -280,8 +295,22 @@ impl Cond {
                 let b = b.eval(p)?;
                 test.apply(a, b)
             }
-            Cond::And(a, b) => a.eval(p)? && b.eval(p)?,
-            Cond::Or(a, b) => a.eval(p)? || b.eval(p)?,
+            Cond::And(v) => {
+                for c in v {
+                    if !c.eval(p)? {
+                        return Some(false);
+                    }
+                }
+                true
+            }
+            Cond::Or(v) => {
+                for c in v {
+                    if c.eval(p)? {
+                        return Some(true);
+                    }
+                }
+                false
+            }
             Cond::Not(a) => !a.eval(p)?,
             Cond::Touch(v) => {
                 v.eval(p)?;
@@ -298,7 +327,7 @@ impl Cond {
             Cond::True | Cond::False | Cond::Time { .. } => false,
             Cond::Cmp { v, .. } | Cond::Touch(v) => v.any(pred),
             Cond::CmpX { a, b, .. } => a.any(pred) || b.any(pred),
-            Cond::And(a, b) | Cond::Or(a, b) => a.any_val(pred) || b.any_val(pred),
+            Cond::And(v) | Cond::Or(v) => v.iter().any(|c| c.any_val(pred)),
             Cond::Not(a) => a.any_val(pred),
         }
     }
@@ -339,8 +368,14 @@ impl fmt::Display for Cond {
                 Test::Set => write!(f, "{v} & {k:#x} != 0"),
             },
             Cond::CmpX { a, test, b } => write!(f, "{a} {test:?} {b}"),
-            Cond::And(a, b) => write!(f, "({a} && {b})"),
-            Cond::Or(a, b) => write!(f, "({a} || {b})"),
+            Cond::And(v) | Cond::Or(v) => {
+                let op = if matches!(self, Cond::And(_)) { " && " } else { " || " };
+                write!(f, "(")?;
+                for (i, c) in v.iter().enumerate() {
+                    write!(f, "{}{c}", if i > 0 { op } else { "" })?;
+                }
+                write!(f, ")")
+            }
             Cond::Not(a) => write!(f, "!{a}"),
             Cond::Touch(v) => write!(f, "compute({v})"),
             Cond::Time { after: true, t } => write!(f, "ts >= {t}"),

@@ -241,18 +241,27 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
         }
         return Ok(ExitCode::SUCCESS);
     }
-    // One matcher, snapshot length and output interface per kind of segment (link type, snapshot length,
-    // precision, byte order); the filter must compile for each, as a scan of the traces would require.
-    let mut kinds = Vec::with_capacity(metas.len());
+    // One matcher per link type and byte order (the filter must compile for each, as a scan of the traces would
+    // require); per kind of packet, its matcher, snapshot length and output interface.
+    let mut matchers: Vec<((pcaptool_packet::LinkType, bool), pcaptool_query::Matcher)> = Vec::new();
+    let mut kinds: std::collections::HashMap<pcaptool_flowstore::StoreMeta, (Option<usize>, usize, u32)> =
+        std::collections::HashMap::new();
     for (i, (m, _)) in metas.iter().enumerate() {
+        let target = (m.linktype.base(), m.swapped);
         let matcher = match filter {
-            Some(f) => Some(
-                f.compile(pcaptool_query::Target { linktype: m.linktype.base(), swapped: m.swapped })
-                    .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", m.linktype))?,
-            ),
+            Some(f) => Some(match matchers.iter().position(|x| x.0 == target) {
+                Some(at) => at,
+                None => {
+                    let c = f
+                        .compile(pcaptool_query::Target { linktype: target.0, swapped: target.1 })
+                        .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", m.linktype))?;
+                    matchers.push((target, c));
+                    matchers.len() - 1
+                }
+            }),
             None => None,
         };
-        kinds.push((*m, matcher, crate::cmd::query::snap_for(m.linktype, m.snaplen), i as u32));
+        kinds.insert(*m, (matcher, crate::cmd::query::snap_for(m.linktype, m.snaplen), i as u32));
     }
     let to_stdout = write.is_some_and(|w| w.as_os_str() == "-");
     let out_name = match write {
@@ -301,16 +310,16 @@ pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> a
         if after.is_some_and(|a| ts < a) || before.is_some_and(|b| ts >= b) {
             return true;
         }
-        let Some((_, matcher, snap, iface)) = kinds.iter_mut().find(|k| k.0 == q.meta) else { return true };
-        let data = &q.data[..q.data.len().min(*snap)];
-        if matcher.as_mut().is_some_and(|m| !m.matches(data, wirelen, ts)) {
+        let Some(&(matcher, snap, iface)) = kinds.get(&q.meta) else { return true };
+        let data = &q.data[..q.data.len().min(snap)];
+        if matcher.is_some_and(|m| !matchers[m].1.matches(data, wirelen, ts)) {
             return true;
         }
         matched += 1;
         let written = match out.as_mut() {
             None => Ok(()),
             Some(Out::Pcap(w)) => w.write_packet(ts, wirelen, data),
-            Some(Out::PcapNg(w)) => w.write_packet(*iface, ts, wirelen, data),
+            Some(Out::PcapNg(w)) => w.write_packet(iface, ts, wirelen, data),
         };
         if let Err(e) = written {
             failure = Some(anyhow::Error::from(e).context(cannot_write()));

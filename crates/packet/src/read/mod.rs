@@ -20,7 +20,7 @@ pub use stream::Compression;
 use crate::error::{ErrorKind, TraceError};
 use crate::sys::{Mapped, prefetch};
 use crate::types::LinkType;
-use parser::{Parser, RecordMeta, Step};
+use parser::{Parser, RecordMeta, State, Step};
 use stream::ThreadedReader;
 
 /// How far ahead of the current record the slice readers prefetch. Measured on a page-cached 1.5 GB trace
@@ -258,8 +258,11 @@ impl<'a> Iterator for Records<'a> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Seeker {
-    /// The parser state in effect from each offset on (one entry per section; one for pcap).
-    states: Vec<(u64, Parser)>,
+    /// The parser after every structure: it answers for any section.
+    parser: Parser,
+    /// From each offset on, the state in effect there and how many interfaces were declared by then (one entry
+    /// per section; one for pcap).
+    states: Vec<(u64, State, u32)>,
     path: Option<PathBuf>,
 }
 
@@ -268,7 +271,7 @@ impl Seeker {
     /// of the capture `data`.
     pub fn new(data: &[u8], structure: &[u64]) -> Result<Seeker, TraceError> {
         let mut parser = Parser::new();
-        let mut states: Vec<(u64, Parser)> = Vec::new();
+        let mut states: Vec<(u64, State, u32)> = Vec::new();
         for &off in structure {
             let err = |kind| TraceError::new(None, off, kind);
             let buf = usize::try_from(off).ok().and_then(|o| data.get(o..)).ok_or_else(|| {
@@ -279,15 +282,16 @@ impl Seeker {
                 Step::Skip(_) => {}
                 _ => return Err(err(ErrorKind::NotStructure)),
             }
+            let now = (parser.state(), parser.interfaces().len() as u32);
             match states.last_mut() {
-                Some(last) if !new_section => last.1 = parser.clone(),
-                _ => states.push((off, parser.clone())),
+                Some(last) if !new_section => (last.1, last.2) = now,
+                _ => states.push((off, now.0, now.1)),
             }
         }
         if states.is_empty() {
             return Err(TraceError::new(None, 0, ErrorKind::NotStructure));
         }
-        Ok(Seeker { states, path: None })
+        Ok(Seeker { parser, states, path: None })
     }
 
     /// Names the file in errors.
@@ -298,21 +302,26 @@ impl Seeker {
 
     /// The capture's format.
     pub fn format(&self) -> Option<FileFormat> {
-        self.states.first().and_then(|s| s.1.format())
+        self.parser.format()
     }
 
-    /// Every interface of the capture (those of the last section replayed include all earlier ones).
+    /// Every interface of the capture.
     pub fn interfaces(&self) -> &[Interface] {
-        self.states.last().map_or(&[], |s| s.1.interfaces())
+        self.parser.interfaces()
+    }
+
+    /// What the parser answers at `buf`, which starts at stream offset `offset`, in the section holding it.
+    fn peek_at(&self, offset: u64, buf: &[u8]) -> Result<Step, ErrorKind> {
+        let i = self.states.partition_point(|s| s.0 <= offset).saturating_sub(1);
+        let (_, state, interfaces) = self.states[i];
+        self.parser.peek_record_in(state, interfaces, buf)
     }
 
     /// The packet record at `offset` of `data` (the same bytes given to [`new`](Self::new)).
     pub fn record_at<'a>(&self, data: &'a [u8], offset: u64) -> Result<Record<'a>, TraceError> {
         let err = |kind| TraceError::new(self.path.clone(), offset, kind);
-        let i = self.states.partition_point(|s| s.0 <= offset).saturating_sub(1);
-        let parser = &self.states[i].1;
         let buf = usize::try_from(offset).ok().and_then(|o| data.get(o..)).unwrap_or(&[]);
-        match parser.peek_record(buf).map_err(err)? {
+        match self.peek_at(offset, buf).map_err(err)? {
             Step::Record(m) => Ok(make_record(&m, offset, buf)),
             Step::Need { needed, what } => {
                 Err(err(ErrorKind::Truncated { what, needed: needed as u64, available: buf.len() as u64 }))
@@ -343,13 +352,12 @@ impl Seeker {
     /// ```
     pub fn peek_in<'a>(&self, window: &'a [u8], window_start: u64, offset: u64) -> Result<Peek<'a>, TraceError> {
         let err = |kind| TraceError::new(self.path.clone(), offset, kind);
-        let i = self.states.partition_point(|s| s.0 <= offset).saturating_sub(1);
         let buf = offset
             .checked_sub(window_start)
             .and_then(|d| usize::try_from(d).ok())
             .and_then(|d| window.get(d..))
             .unwrap_or(&[]);
-        match self.states[i].1.peek_record(buf).map_err(err)? {
+        match self.peek_at(offset, buf).map_err(err)? {
             Step::Record(m) => Ok(Peek::Record(make_record(&m, offset, buf))),
             Step::Skip(n) => Ok(Peek::Skip(n as u64)),
             Step::Need { needed, .. } => Ok(Peek::Beyond(needed as u64)),
@@ -364,9 +372,8 @@ impl Seeker {
         loop {
             match self.record_at(data, off) {
                 Err(e) if matches!(e.kind, ErrorKind::NotRecord) => {
-                    let i = self.states.partition_point(|s| s.0 <= off).saturating_sub(1);
                     let buf = usize::try_from(off).ok().and_then(|o| data.get(o..)).unwrap_or(&[]);
-                    match self.states[i].1.peek_record(buf) {
+                    match self.peek_at(off, buf) {
                         Ok(Step::Skip(n)) => off += n as u64,
                         _ => return Err(e),
                     }
@@ -593,21 +600,19 @@ impl TraceReader {
     /// Reads the header (for pcapng, the blocks before the first packet) so that [`format`](Self::format) and
     /// [`interfaces`](Self::interfaces) are known, without consuming a record.
     pub fn read_header(&mut self) -> Result<(), TraceError> {
-        // Parse on a clone to find the first record, then replay the skipped structures on the real parser.
+        // Steps the parser over the structures before the first record. A record's step changes nothing in the
+        // parser (only structures do), so the record is left to `next_record`; no copy of the parser is made,
+        // which with many interfaces would cost time quadratic in their number.
         loop {
             let (buf, base, eof): (&[u8], u64, bool) = match &mut self.source {
                 Source::Bytes { data, pos, .. } => (&data.get()[*pos..], *pos as u64, true),
                 Source::Stream(s) => (&s.buf[s.start..s.end], s.base + s.start as u64, s.eof),
             };
-            let mut probe = self.parser.clone();
-            match probe.step(buf) {
-                Ok(Step::Skip(n)) => {
-                    self.parser = probe;
-                    match &mut self.source {
-                        Source::Bytes { pos, .. } => *pos += n,
-                        Source::Stream(s) => s.start += n,
-                    }
-                }
+            match self.parser.step(buf) {
+                Ok(Step::Skip(n)) => match &mut self.source {
+                    Source::Bytes { pos, .. } => *pos += n,
+                    Source::Stream(s) => s.start += n,
+                },
                 Ok(Step::Need { needed, .. }) if !eof => {
                     if let Source::Stream(s) = &mut self.source {
                         s.fill(needed).map_err(|e| read_error(&self.path, self.compression, base, e))?;

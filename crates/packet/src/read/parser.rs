@@ -147,7 +147,7 @@ pub(crate) enum Step {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct PcapState {
+pub(crate) struct PcapState {
     big_endian: bool,
     ns: bool,
     header_len: usize,
@@ -155,8 +155,9 @@ struct PcapState {
     linktype: LinkType,
 }
 
+/// Where the parser is: before the file header, in a pcap file, or in a pcapng section.
 #[derive(Clone, Copy, Debug)]
-enum State {
+pub(crate) enum State {
     Start,
     Pcap(PcapState),
     PcapNg { big_endian: bool, section: u32, first_iface: u32 },
@@ -193,6 +194,11 @@ impl Parser {
 
     pub(crate) fn interfaces(&self) -> &[Interface] {
         &self.interfaces
+    }
+
+    /// Where the parser is now (for [`peek_record_in`](Self::peek_record_in)).
+    pub(crate) fn state(&self) -> State {
+        self.state
     }
 
     /// Parses the structure at the start of `buf`.
@@ -313,13 +319,17 @@ impl Parser {
 
     /// Parses the record at the start of `buf` without changing the parser (for reading records at known
     /// offsets): a structure block (section header, interface description) or any other block is a `Skip`.
-    pub(crate) fn peek_record(&self, buf: &[u8]) -> Result<Step, ErrorKind> {
-        match self.state {
+    ///
+    /// The parser answers as it would in `state` with only the capture's first `interfaces` interfaces declared:
+    /// a parser that has read a whole capture answers for any section of it, without a copy of itself per
+    /// section.
+    pub(crate) fn peek_record_in(&self, state: State, interfaces: u32, buf: &[u8]) -> Result<Step, ErrorKind> {
+        match state {
             State::Pcap(p) => pcap_record(&p, buf),
-            State::PcapNg { big_endian, .. } => match self.block_frame(buf, big_endian)? {
+            State::PcapNg { big_endian, first_iface, .. } => match self.block_frame(buf, big_endian)? {
                 Err(step) => Ok(step),
                 Ok((PCAPNG_SHB | 1, _, len)) => Ok(Step::Skip(len)),
-                Ok((block_type, be, len)) => self.packet_block(block_type, &buf[..len], be),
+                Ok((block_type, be, len)) => self.packet_block_in(first_iface, interfaces, block_type, &buf[..len], be),
             },
             State::Start => Err(ErrorKind::NoSection),
         }
@@ -401,6 +411,20 @@ impl Parser {
         let State::PcapNg { first_iface, .. } = self.state else {
             unreachable!("packet_block called in another state")
         };
+        self.packet_block_in(first_iface, u32::MAX, block_type, block, be)
+    }
+
+    /// [`packet_block`](Self::packet_block) of the section whose interfaces start at `first_iface`, with the
+    /// capture's first `limit` interfaces declared.
+    fn packet_block_in(
+        &self,
+        first_iface: u32,
+        limit: u32,
+        block_type: u32,
+        block: &[u8],
+        be: bool,
+    ) -> Result<Step, ErrorKind> {
+        let declared_all = (self.interfaces.len() as u32).min(limit);
         let len = block.len();
         let length = len as u32;
         let body = &block[8..len - 4];
@@ -415,7 +439,7 @@ impl Parser {
                     });
                 }
                 let id = if block_type == 6 { rd32(body, 0, be) } else { u32::from(rd16(body, 0, be)) };
-                let declared = self.interfaces.len() as u32 - first_iface;
+                let declared = declared_all.saturating_sub(first_iface);
                 if id >= declared {
                     return Err(ErrorKind::UnknownInterface { id, declared });
                 }
@@ -452,7 +476,7 @@ impl Parser {
                         why: "simple packet block shorter than 16 bytes",
                     });
                 }
-                let declared = self.interfaces.len() as u32 - first_iface;
+                let declared = declared_all.saturating_sub(first_iface);
                 if declared == 0 {
                     return Err(ErrorKind::UnknownInterface { id: 0, declared });
                 }
