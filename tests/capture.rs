@@ -257,6 +257,98 @@ fn kill_during_capture_keeps_what_was_flushed() {
     println!("kill -9 after 2.5 s: {} of {} packets kept", got.len(), sent.len());
 }
 
+/// A capture holds its store's writer lock: an import or `retain` into it is refused with the capture's pid, and
+/// readers in a loop see a growing prefix of what was sent, never disturbing the capture; once the capture ends
+/// the import goes ahead. The other way round, a capture into a store an import writes is refused before it
+/// captures anything, and the import loses nothing.
+#[test]
+fn a_capture_and_an_import_do_not_share_a_store() {
+    let Some(pair) = pair("w") else { return };
+    let tmp = TempDir::new("capture-writers");
+    let (trace, sent) = traffic(&tmp, 2000);
+    let store = tmp.join("store");
+    let (mut child, lines) = start_capture(&pair, &pair.b, &pair.vb, &store, &["--flush-every", "1s"]);
+    let other = tmp.join("other.pcap");
+    std::fs::copy(&trace, &other).unwrap();
+    for args in [
+        vec!["import".to_string(), other.display().to_string(), "--store".into(), store.display().to_string()],
+        vec!["retain".into(), store.display().to_string(), "--max-size".into(), "1".into()],
+    ] {
+        let o = run(Command::new(pcaptool_bin()).args(&args));
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "`{}`: {e}", args.join(" "));
+        assert!(e.contains("is being written by another process") && e.contains("capture"), "{e}");
+    }
+    // Readers while packets arrive: each answer a prefix of what was sent, never shorter than the one before.
+    let sender = {
+        let (exec_a, va, trace) = (pair.a.clone(), pair.va.clone(), trace.clone());
+        std::thread::spawn(move || {
+            let tcpreplay = tool("tcpreplay").expect("tcpreplay");
+            Command::new("ip")
+                .args(["netns", "exec", &exec_a])
+                .arg(tcpreplay)
+                .args(["-q", "-i", &va, "--pps", "1500"])
+                .arg(trace)
+                .output()
+                .unwrap()
+        })
+    };
+    let (mut last, mut reads) = (0, 0);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let out = tmp.join("read.pcap");
+        let o = run(Command::new(pcaptool_bin()).arg("query").arg(&store).args(["", "-w"]).arg(&out));
+        if o.status.success() {
+            let got: Vec<Vec<u8>> = pcaptool_tests::records_us(&out).into_iter().map(|r| r.2).collect();
+            assert!(got.len() >= last, "{} packets after {last}", got.len());
+            assert!(got[..] == sent[..got.len()], "a prefix of what was sent");
+            last = got.len();
+            reads += 1;
+            if last == sent.len() && sender.is_finished() {
+                break;
+            }
+        } else {
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("holds no packets"),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sender.join().unwrap();
+    assert!(child.try_wait().unwrap().is_none(), "the capture still runs: {:?}", lines.try_iter().collect::<Vec<_>>());
+    assert_eq!(last, sent.len(), "readers saw every packet once flushed ({reads} reads)");
+    assert!(run(Command::new("kill").args(["-INT", &child.id().to_string()])).status.success());
+    assert!(wait(&mut child, Duration::from_secs(30)).success());
+    let o = run(Command::new(pcaptool_bin()).arg("import").arg(&other).arg("--store").arg(&store));
+    assert!(o.status.success(), "the import once the capture is done: {}", String::from_utf8_lossy(&o.stderr));
+
+    // An import holds the store: a capture into it is refused before capturing.
+    let big = tmp.join("big.pcap");
+    let (bytes, _) = generate(Vec::new(), &GenOptions { packets: 150_000, seed: 12, ..GenOptions::default() }).unwrap();
+    std::fs::write(&big, bytes).unwrap();
+    let store2 = tmp.join("store2");
+    let mut import = Command::new(pcaptool_bin()).arg("import").arg(&big).arg("--store").arg(&store2).spawn().unwrap();
+    let t = Instant::now();
+    while !std::fs::read_to_string(store2.join("writer.lock")).unwrap_or_default().starts_with("pid ") {
+        assert!(
+            t.elapsed() < Duration::from_secs(60) && import.try_wait().unwrap().is_none(),
+            "the import took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut c = pair.exec(&pair.b);
+    c.arg(pcaptool_bin()).args(["capture", "-i", &pair.vb, "--store"]).arg(&store2);
+    refused(&mut c, "is being written by another process");
+    assert!(import.try_wait().unwrap().is_none(), "the import was running when the capture was refused");
+    assert!(import.wait().unwrap().success());
+    let out = tmp.join("all.pcap");
+    assert!(run(Command::new(pcaptool_bin()).arg("query").arg(&store2).args(["", "-w"]).arg(&out)).status.success());
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&big).unwrap(), "the import lost nothing");
+    println!("capture and import: each refused the other; {reads} reads during the capture, all prefixes");
+}
+
 /// Errors: a missing interface, the AF_XDP backend (not built in), a process without CAP_NET_RAW.
 #[test]
 fn capture_errors_say_what_to_do() {

@@ -17,6 +17,7 @@ fn replay_fuzz_regressions() {
         ("filter_eval", pcaptool_tests::fuzz::filter_vs_libpcap),
         ("index_from_bytes", pcaptool_index::fuzz_harness::from_bytes),
         ("segment_from_bytes", pcaptool_flowstore::fuzz_harness::segment_from_bytes),
+        ("store_from_bytes", pcaptool_flowstore::fuzz_harness::store_from_bytes),
     ] {
         let dir = repo_root().join("fuzz/regressions").join(target);
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

@@ -1,7 +1,9 @@
 //! Filter evaluation: pcaptool's compiled matcher (jump-threaded bytecode), its reference tree evaluator, and
 //! libpcap's `pcap_offline_filter` (the BPF interpreter tcpdump runs, optimised program), on the same 200,000
 //! packets of a generated trace (fixed seed, group `filter/`, about 140 MB: memory-bound), and on the first 2,000
-//! of them (group `hot/`, in cache: the cost of evaluating). Throughput is in packets per second.
+//! of them (group `hot/`, in cache: the cost of evaluating). Throughput is in packets per second. Group `compile/`:
+//! parsing and compiling long `or` lists (the optimiser's cost), pcaptool against libpcap's `pcap_compile` where
+//! libpcap takes less than a few seconds.
 
 use std::hint::black_box;
 
@@ -76,5 +78,30 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// Parsing and compiling `or` lists of `port` and `host` terms.
+fn compile(c: &mut Criterion) {
+    let ports = |n: usize| (0..n).map(|i| format!("port {}", i + 1)).collect::<Vec<_>>().join(" or ");
+    let hosts =
+        |n: usize| (0..n).map(|i| format!("host 10.0.{}.{}", i / 256, i % 256)).collect::<Vec<_>>().join(" or ");
+    let mut g = c.benchmark_group("compile");
+    g.sample_size(10);
+    for (name, text, libpcap_too) in [
+        ("port_x40", ports(40), true),
+        ("port_x100", ports(100), true),
+        ("port_x1000", ports(1000), false),
+        ("port_x10000", ports(10_000), false),
+        ("host_x10000", hosts(10_000), false),
+    ] {
+        g.bench_function(format!("{name}/pcaptool"), |b| {
+            b.iter(|| Filter::new(black_box(&text)).and_then(|f| f.compile(Target::new(LinkType::ETHERNET))).is_ok())
+        });
+        if libpcap_too {
+            let h = Handle::dead(1);
+            g.bench_function(format!("{name}/libpcap"), |b| b.iter(|| h.compile(black_box(&text)).is_ok()));
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, compile);
 criterion_main!(benches);

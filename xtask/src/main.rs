@@ -304,6 +304,15 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     {
         std::fs::write(segment.join(format!("s{i}")), seed)?;
     }
+    // The store target damages a whole segment: a mode byte, then edits (and a cut length).
+    let store = dir.join("store_from_bytes");
+    std::fs::create_dir_all(&store)?;
+    for (i, seed) in [&[0u8][..], &[0, 0x40, 0, 0, 0, 0x01], &[1, 0x30, 0, 0, 0, 0x80], &[6, 0x00, 0x10, 0, 0, 0x02]]
+        .iter()
+        .enumerate()
+    {
+        std::fs::write(store.join(format!("s{i}")), seed)?;
+    }
     // Capture ring blocks as the kernel lays them out.
     let ring = dir.join("ring_block");
     std::fs::create_dir_all(&ring)?;

@@ -57,6 +57,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A store keeps each segment's two files open while it is open (so that retention cannot pull them away from
+    // a reader): take the most open files the system allows this process, as servers do. A failure leaves the
+    // usual limit, and a store too big for it says so when opened.
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let result = match cli.command {
         Command::Info(a) => cmd::info::run(a),
         Command::Convert(a) => cmd::convert::run(a),
@@ -84,21 +88,26 @@ fn main() -> ExitCode {
 
 /// The cause chain on one line, without repeating a cause that its parent already printed.
 pub(crate) fn chain(err: &anyhow::Error) -> String {
+    let causes: Vec<String> = err.chain().map(|c| c.to_string()).collect();
+    chain_of(&causes)
+}
+
+/// Messages joined by ": ", leaving out one that an earlier one already says.
+pub(crate) fn chain_of(causes: &[String]) -> String {
     let mut out = String::new();
-    for cause in err.chain() {
-        let s = cause.to_string();
-        if out.contains(&s) {
+    for s in causes {
+        if out.contains(s.as_str()) {
             continue;
         }
         if !out.is_empty() {
             out.push_str(": ");
         }
-        out.push_str(&s);
+        out.push_str(s);
     }
     out
 }
 
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|c| {
         c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
             || c.downcast_ref::<pcaptool_packet::WriteError>().is_some_and(

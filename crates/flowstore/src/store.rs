@@ -182,19 +182,34 @@ fn segment_number(name: &str) -> Option<(u32, &str)> {
         .and_then(|(n, e)| Some((n?, e)))
 }
 
-/// Opens segment `n` of `dir`: `Ok(None)` if one of its files is gone (a writer's retention removed it since
-/// the listing), `Err` with the damage if it cannot be read.
-fn open_segment(dir: &Path, n: u32) -> Result<Option<Segment>, DamagedSegment> {
+/// Opens segment `n` of `dir`: `Ok(Ok(None))` if one of its files is gone (a writer's retention removed it since
+/// the listing), `Ok(Err)` with the damage if it cannot be read, `Err` when the process may open no more files.
+fn open_segment(dir: &Path, n: u32) -> Result<Result<Option<Segment>, DamagedSegment>, StoreError> {
     let (data, index) = segment_paths(dir, n);
     let open = |p: &Path| match File::open(p) {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(DamagedSegment::of(n, &StoreError::io(p, e), p)),
+        Ok(f) => Ok(Ok(Some(f))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Ok(None)),
+        // EMFILE, ENFILE: no damage of the store's.
+        Err(e) if matches!(e.raw_os_error(), Some(24 | 23)) => Err(StoreError::Refused(format!(
+            "cannot open {}: {e}; a store keeps two files open per segment while it is open: raise the limit \
+             (`ulimit -n`) or keep fewer, larger segments (--segment-size)",
+            p.display()
+        ))),
+        Err(e) => Ok(Err(DamagedSegment::of(n, &StoreError::io(p, e), p))),
     };
-    let (Some(index_file), Some(data_file)) = (open(&index)?, open(&data)?) else { return Ok(None) };
-    Segment::from_files(data, index.clone(), data_file, index_file)
+    let index_file = match open(&index)? {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(Ok(None)),
+        Err(d) => return Ok(Err(d)),
+    };
+    let data_file = match open(&data)? {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(Ok(None)),
+        Err(d) => return Ok(Err(d)),
+    };
+    Ok(Segment::from_files(data, index.clone(), data_file, index_file)
         .map(Some)
-        .map_err(|e| DamagedSegment::of(n, &e, &index))
+        .map_err(|e| DamagedSegment::of(n, &e, &index)))
 }
 
 impl Store {
@@ -244,7 +259,7 @@ impl Store {
         let mut store = Store::empty(dir);
         store.lock = Some(lock);
         store.repairs = repairs;
-        store.load(&listing);
+        store.load(&listing)?;
         Ok(store)
     }
 
@@ -259,7 +274,7 @@ impl Store {
         // one; listed again, anything complete below the newest seen must have been seen.
         for _ in 0..10 {
             let first = Listing::of(dir)?;
-            store.load(&first);
+            store.load(&first)?;
             let again = Listing::of(dir)?;
             let newest = first.complete().max().unwrap_or(0);
             let seen: Vec<u32> = first.complete().collect();
@@ -286,7 +301,7 @@ impl Store {
     }
 
     /// Opens the complete segments of `listing` (and notes the rest).
-    fn load(&mut self, listing: &Listing) {
+    fn load(&mut self, listing: &Listing) -> Result<(), StoreError> {
         self.segments.clear();
         self.damaged.clear();
         self.leftovers = listing.tmp.clone();
@@ -296,7 +311,7 @@ impl Store {
                 self.leftovers.push(if data { d } else { i });
                 continue;
             }
-            match open_segment(&self.dir, n) {
+            match open_segment(&self.dir, n)? {
                 Ok(Some(s)) => self.segments.push(s),
                 Ok(None) => {}
                 Err(d) => self.damaged.push(d),
@@ -312,6 +327,7 @@ impl Store {
             .chain(self.segments.iter().map(|s| s.stage1.number.saturating_add(1)))
             .max()
             .unwrap_or(0);
+        Ok(())
     }
 
     /// Whether the store is open for writing (it holds the writer lock).

@@ -244,8 +244,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         Event::Stats(s) if json => {
-            println!("{}", stats_json(s, "stats"));
-            let _ = std::io::stdout().flush();
+            // A reader that went away must not stop the capture: the statistics are only a view of it.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", stats_json(s, "stats")).and_then(|()| out.flush());
         }
         Event::Stats(s) if terminal => {
             let t = s.total();
@@ -271,7 +272,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(CaptureError::Sink { source, summary }) => {
             if json {
-                println!("{}", stats_json(&summary, "summary"));
+                outln!("{}", stats_json(&summary, "summary"));
             }
             bail!("cannot write to the store {}: {source}; {summary}", args.store.display());
         }
@@ -279,7 +280,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let (_, segments) = finished.with_context(|| format!("cannot write to the store {}", args.store.display()))?;
     if json {
-        println!("{}", stats_json(&summary, "summary"));
+        outln!("{}", stats_json(&summary, "summary"));
     } else {
         eprintln!("pcaptool: {summary}; {segments} segments written to {}", args.store.display());
     }

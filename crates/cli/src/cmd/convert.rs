@@ -72,6 +72,12 @@ fn name_of(p: &Path) -> String {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let out =
+        Some(if args.output.as_os_str() == "-" { "standard output".into() } else { args.output.display().to_string() });
+    run_inner(args).map_err(|e| crate::cmd::name_output(e, out))
+}
+
+fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
     if args.output.as_os_str() != "-" && same_file(&args.input, &args.output) {
         bail!(
             "{} is both the input and the output: writing it would destroy the capture being read; choose another output",

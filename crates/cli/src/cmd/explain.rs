@@ -75,34 +75,34 @@ pub(crate) fn print(
                 "trace_bytes_to_read": ix.reads.map(|r| r.2),
             });
         }
-        println!("{}", serde_json::to_string_pretty(&v).context("cannot encode the explanation")?);
+        outln!("{}", serde_json::to_string_pretty(&v).context("cannot encode the explanation")?);
         return Ok(());
     }
-    println!("filter:    {}", filter.text());
-    println!("parsed:    {parsed}");
-    println!("indexable: {}", plan.need);
-    println!("plan:      {}", plan.describe());
+    outln!("filter:    {}", filter.text());
+    outln!("parsed:    {parsed}");
+    outln!("indexable: {}", plan.need);
+    outln!("plan:      {}", plan.describe());
     if plan.exact && index.is_some() {
-        println!(
+        outln!(
             "count:     exact condition: --count takes matches from the index, reading only packets it cannot decide"
         );
     }
     if let Some(ix) = index {
-        println!("index:     {} ({} packets in {} chunks, {} bytes)", ix.path, ix.packets, ix.chunks, ix.index_bytes);
+        outln!("index:     {} ({} packets in {} chunks, {} bytes)", ix.path, ix.packets, ix.chunks, ix.index_bytes);
         if let Some((chunks, candidates, bytes)) = ix.reads {
-            println!(
+            outln!(
                 "reads:     {candidates} candidate packets in {chunks} of {} chunks, {bytes} bytes of the trace",
                 ix.chunks
             );
         }
     }
     for (lt, m) in &matchers.compiled {
-        println!(
+        outln!(
             "link type {lt}: {} operations (libpcap's tests in libpcap's order, optimised as libpcap does)",
             m.len()
         );
         for line in m.listing().lines() {
-            println!("  {line}");
+            outln!("  {line}");
         }
     }
     Ok(())

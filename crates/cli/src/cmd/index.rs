@@ -53,7 +53,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let per_packet = stats.index_bytes as f64 / stats.packets.max(1) as f64;
         let share = 100.0 * stats.index_bytes as f64 / stats.trace_bytes.max(1) as f64;
         if args.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "trace": trace, "index": out, "packets": stats.packets, "chunks": stats.chunks,
@@ -63,7 +63,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 })
             );
         } else {
-            println!(
+            outln!(
                 "{}: {} packets, {} chunks, {} keys; index {} bytes ({per_packet:.3} B/packet, {share:.3}% of the trace) in {secs:.2} s",
                 out.display(),
                 stats.packets,

@@ -20,3 +20,17 @@ pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
 
 /// Exit status of a command that found damaged data (`verify`), or answered without it (`--skip-damaged`).
 pub(crate) const EXIT_DAMAGED: u8 = 3;
+
+/// A write error that says "cannot write the output" (said deep inside, where the file's name is not known), with
+/// the output's name instead; other errors, and a closed pipe (which ends the command quietly), as they are.
+pub(crate) fn name_output(e: anyhow::Error, out: Option<String>) -> anyhow::Error {
+    let Some(name) = out else { return e };
+    if crate::is_broken_pipe(&e) {
+        return e;
+    }
+    let causes: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+    match causes.iter().position(|c| c == "cannot write the output") {
+        Some(at) => anyhow::anyhow!("cannot write {name}: {}", crate::chain_of(&causes[at + 1..])),
+        None => e,
+    }
+}

@@ -170,6 +170,14 @@ fn output_format(reader: &TraceReader) -> OutputFormat {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let out = args
+        .write
+        .as_ref()
+        .map(|w| if w.as_os_str() == "-" { "standard output".into() } else { w.display().to_string() });
+    run_inner(args).map_err(|e| crate::cmd::name_output(e, out))
+}
+
+fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
     let text = args.filter.join(" ");
     if args.trace.is_dir() {
         let filter = if text.is_empty() {
@@ -364,7 +372,7 @@ pub(crate) fn execute(
         if to_stdout {
             eprintln!("{msg}");
         } else {
-            println!("{msg}");
+            outln!("{msg}");
         }
     }
     if let Some(e) = stats.damage {

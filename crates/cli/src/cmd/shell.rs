@@ -105,7 +105,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(Command::Quit) => break,
             Ok(Command::Nothing) => continue,
             Ok(Command::Help) => {
-                println!("{HELP}");
+                outln!("{HELP}");
                 continue;
             }
             Ok(Command::Count(f)) => (f, None, false),
