@@ -117,6 +117,21 @@ fn replay(pair: &Pair, trace: &Path, pps: u32) {
     assert_eq!(failed.as_deref(), Some("0"), "tcpreplay sent every packet: {out}");
 }
 
+/// Replays `trace` from the pair's first end at `pps` packets a second on another thread.
+fn replay_in_background(pair: &Pair, trace: &Path, pps: u32) -> std::thread::JoinHandle<Output> {
+    let (exec_a, va, trace) = (pair.a.clone(), pair.va.clone(), trace.to_path_buf());
+    std::thread::spawn(move || {
+        let tcpreplay = tool("tcpreplay").expect("tcpreplay");
+        Command::new("ip")
+            .args(["netns", "exec", &exec_a])
+            .arg(tcpreplay)
+            .args(["-q", "-i", &va, "--pps", &pps.to_string()])
+            .arg(trace)
+            .output()
+            .unwrap()
+    })
+}
+
 fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let t = Instant::now();
     loop {
@@ -229,19 +244,7 @@ fn kill_during_capture_keeps_what_was_flushed() {
     let (trace, sent) = traffic(&tmp, 4000);
     let store = tmp.join("store");
     let (mut child, _lines) = start_capture(&pair, &pair.b, &pair.vb, &store, &["--flush-every", "1s"]);
-    let sender = {
-        let (exec_a, va, trace) = (pair.a.clone(), pair.va.clone(), trace.clone());
-        std::thread::spawn(move || {
-            let tcpreplay = tool("tcpreplay").expect("tcpreplay");
-            Command::new("ip")
-                .args(["netns", "exec", &exec_a])
-                .arg(tcpreplay)
-                .args(["-q", "-i", &va, "--pps", "1500"])
-                .arg(trace)
-                .output()
-                .unwrap()
-        })
-    };
+    let sender = replay_in_background(&pair, &trace, 1500);
     std::thread::sleep(Duration::from_millis(2500));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -280,19 +283,7 @@ fn a_capture_and_an_import_do_not_share_a_store() {
         assert!(e.contains("is being written by another process") && e.contains("capture"), "{e}");
     }
     // Readers while packets arrive: each answer a prefix of what was sent, never shorter than the one before.
-    let sender = {
-        let (exec_a, va, trace) = (pair.a.clone(), pair.va.clone(), trace.clone());
-        std::thread::spawn(move || {
-            let tcpreplay = tool("tcpreplay").expect("tcpreplay");
-            Command::new("ip")
-                .args(["netns", "exec", &exec_a])
-                .arg(tcpreplay)
-                .args(["-q", "-i", &va, "--pps", "1500"])
-                .arg(trace)
-                .output()
-                .unwrap()
-        })
-    };
+    let sender = replay_in_background(&pair, &trace, 1500);
     let (mut last, mut reads) = (0, 0);
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(30) {

@@ -517,6 +517,27 @@ impl Store {
         Ok(Some((data, got)))
     }
 
+    /// Adds what was read of segment `seg` (its mapped data and records) to `maps` and `got`; a read that failed
+    /// on damage is left out or fails the read (see [`damage`](Self::damage)).
+    fn gather<'a>(
+        &self,
+        seg: &'a Segment,
+        read: Result<Option<(MappedFile, Vec<Record>)>, StoreError>,
+        maps: &mut Vec<(&'a Segment, MappedFile)>,
+        got: &mut Vec<(u32, Record)>,
+    ) -> Result<(), StoreError> {
+        match read {
+            Ok(None) => Ok(()),
+            Ok(Some((data, recs))) => {
+                let m = maps.len() as u32;
+                got.extend(recs.into_iter().map(|r| (m, r)));
+                maps.push((seg, data));
+                Ok(())
+            }
+            Err(e) => self.damage(seg.stage1.number, e, &seg.index),
+        }
+    }
+
     /// Calls `f` with every packet that may satisfy `need`, in the original order. Stage 1 rules segments out,
     /// stage 2 picks the flows, each flow is one read, checked against its data checksums; `f` returns false to
     /// stop. A damaged segment fails the query, or is left out when reads [skip damaged
@@ -543,15 +564,8 @@ impl Store {
                     continue;
                 }
                 st.stage1_passed += 1;
-                match self.read_candidates(seg, need, &mut st) {
-                    Ok(None) => {}
-                    Ok(Some((data, recs))) => {
-                        let m = maps.len() as u32;
-                        got.extend(recs.into_iter().map(|r| (m, r)));
-                        maps.push((seg, data));
-                    }
-                    Err(e) => self.damage(seg.stage1.number, e, &seg.index)?,
-                }
+                let read = self.read_candidates(seg, need, &mut st);
+                self.gather(seg, read, &mut maps, &mut got)?;
             }
             st.packets_read += got.len() as u64;
             if !in_order(&maps, got, f) {
@@ -578,15 +592,7 @@ impl Store {
                 let recs = seg.records(&entry, &seqs, &ifaces, span)?;
                 Ok(Some((data, recs.into_iter().map(|r| Record { at: base + r.at, ..r }).collect())))
             };
-            match read() {
-                Ok(None) => {}
-                Ok(Some((data, recs))) => {
-                    let m = maps.len() as u32;
-                    got.extend(recs.into_iter().map(|r| (m, r)));
-                    maps.push((seg, data));
-                }
-                Err(e) => self.damage(seg.stage1.number, e, &seg.index)?,
-            }
+            self.gather(seg, read(), &mut maps, &mut got)?;
         }
         // A flow seen on several interfaces lies in segments of each: merged by position.
         in_order(&maps, got, &mut |p| {

@@ -132,6 +132,16 @@ impl Parser<'_> {
         if self.depth.saturating_add(extra) > MAX_DEPTH { Err(self.too_deep()) } else { Ok(()) }
     }
 
+    /// `e and rhs` (or `or`), counting in `alternations` the levels `and` and `or` alternating add (a run of one
+    /// operator is one node), within [`MAX_DEPTH`].
+    fn join(&self, e: Expr, rhs: Expr, and: bool, alternations: &mut u32) -> PResult<Expr> {
+        if matches!((&e, and), (Expr::Or(_), true) | (Expr::And(_), false)) {
+            *alternations += 1;
+            self.check_depth(*alternations)?;
+        }
+        Ok(if and { Expr::and(e, rhs) } else { Expr::or(e, rhs) })
+    }
+
     /// `expr: term | expr and term | expr or term | expr and id | expr or id`
     fn expr(&mut self) -> PResult<Expr> {
         self.nested(Parser::expr_inner)
@@ -164,11 +174,7 @@ impl Parser<'_> {
                     })?
                 }
             };
-            if matches!((&e, and), (Expr::Or(_), true) | (Expr::And(_), false)) {
-                alternations += 1;
-                self.check_depth(alternations)?;
-            }
-            e = if and { Expr::and(e, rhs) } else { Expr::or(e, rhs) };
+            e = self.join(e, rhs, and, &mut alternations)?;
         }
     }
 
@@ -458,11 +464,7 @@ impl Parser<'_> {
                             };
                             p.bump();
                             let rhs = p.id()?;
-                            if matches!((&e, and), (Expr::Or(_), true) | (Expr::And(_), false)) {
-                                alternations += 1;
-                                p.check_depth(alternations)?;
-                            }
-                            e = if and { Expr::and(e, rhs) } else { Expr::or(e, rhs) };
+                            e = p.join(e, rhs, and, &mut alternations)?;
                         }
                         Ok(e)
                     })?;
