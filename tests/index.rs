@@ -497,7 +497,13 @@ fn pread_reads_what_the_mapping_reads() {
         }
     }
     println!("pread and mapping: {compared} packets read both ways, equal ({big_blocks} blocks past 16 KiB)");
-    assert!(compared > 10_000 && big_blocks > 0);
+    assert!(compared > 10_000);
+    // Blocks of 16 packets longer than 16 KiB come from the corpus's big packets; the generated traces have none.
+    if corpus_dir().is_some() {
+        assert!(big_blocks > 0, "blocks read in part");
+    } else {
+        println!("../shared/corpus is absent: no block past 16 KiB was read in part");
+    }
 }
 
 /// Through the binary, a needle query (few packets: read by `pread`, written at precomputed offsets to a file or

@@ -10,13 +10,22 @@
 //! The store knows conditions on fields ([`pcaptool_packet::Need`]), not filter syntax: the caller derives them
 //! from a filter and runs the filter on what the store returns (a superset of the matches).
 //!
+//! One process writes a store at a time ([`Store::create`], [`Store::open_writer`]: they take its writer lock,
+//! and a second writer gets [`StoreError::Locked`] naming the first); any number read it ([`Store::open`]), which
+//! changes nothing, sees the segments complete when it opened the store, and is never disturbed by the writer.
+//! Every block of packet data is checked against its CRC-32C before it is used: damage is an error naming the
+//! file and byte range ([`StoreError::DataChecksum`]), or with [`Store::set_skip_damaged`] the segment is left out
+//! of the answer. What a store promises, and how each promise is tested: docs/guarantees.md.
+//!
 //! ```no_run
 //! use std::path::Path;
 //! use pcaptool_flowstore::{ImportOptions, Store};
 //! use pcaptool_packet::Need;
 //!
-//! let mut store = Store::create(Path::new("store"))?;
+//! let mut store = Store::create(Path::new("store"))?; // the writer lock, until `store` is dropped
 //! store.import(Path::new("trace.pcap"), &ImportOptions::default(), &mut |_| {})?;
+//! drop(store);
+//! let store = Store::open(Path::new("store"))?; // a reader
 //! store.query(&Need::All, &mut |p| {
 //!     println!("{} {} {} {}", p.seq, p.ts_ns, p.wirelen, p.data.len());
 //!     true

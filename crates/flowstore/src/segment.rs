@@ -3,7 +3,7 @@
 //! The writer keeps a segment's packets in memory up to its bound, then writes the data grouped by flow (each
 //! flow's packets in their original order), the index, syncs both and renames them into place: the index first,
 //! the data last, so a segment is visible exactly when both are complete. The index holds a checksum of every
-//! 16 KiB of the data file (see [`crate::sums`]); readers check every block they read.
+//! 16 KiB of the data file (docs/format/segment.md); readers check every block they read.
 
 use std::fs::File;
 use std::net::IpAddr;
