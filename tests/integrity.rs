@@ -118,18 +118,27 @@ fn a_second_writer_is_refused_and_the_first_loses_nothing() {
 }
 
 /// Readers in a loop while an import writes small segments: the import is never disturbed (it finishes and the
-/// store holds its trace whole), and each answer is the first packets of the whole answer (the segments
-/// complete when the reader opened the store), never fewer than the answer before.
+/// store holds its trace whole), and each answer equals tcpdump's on a prefix of the trace (the segments complete
+/// when the reader opened the store): the first packets of tcpdump's whole answer, never fewer than before.
 #[test]
 fn readers_during_an_import_see_a_growing_prefix() {
     let tmp = TempDir::new("integrity-readers");
     let a = gen_trace(&tmp, "a.pcap", 120_000, 23);
     let dir = tmp.join("store");
-    let whole_dir = tmp.join("whole");
-    assert!(pcaptool(&["import", p(&a), "--store", p(&whole_dir)]).status.success());
-    let filters = ["", "tcp port 443", "udp or arp"];
+    let filters = ["ip", "tcp port 443", "udp or arp"];
     let out = tmp.join("out.pcap");
-    let whole: Vec<Vec<Vec<u8>>> = filters.iter().map(|f| answer(&whole_dir, f, &out).unwrap()).collect();
+    // The oracle: tcpdump on the whole trace (or, without tcpdump, the store of the whole trace).
+    let whole: Vec<Vec<(u64, u32, Vec<u8>)>> = match tool("tcpdump") {
+        Some(tcpdump) => filters
+            .iter()
+            .map(|f| pcaptool_tests::tcpdump_records(&tcpdump, &a, f, &tmp.join("t.pcap")).expect("tcpdump reads it"))
+            .collect(),
+        None => {
+            let whole_dir = tmp.join("whole");
+            assert!(pcaptool(&["import", p(&a), "--store", p(&whole_dir)]).status.success());
+            filters.iter().map(|f| answer_us(&whole_dir, f, &out).unwrap()).collect()
+        }
+    };
     let mut writer = Command::new(pcaptool_bin())
         .args(["import", p(&a), "--store", p(&dir), "--segment-size", "256K"])
         .stdout(Stdio::null())
@@ -143,9 +152,9 @@ fn readers_during_an_import_see_a_growing_prefix() {
             continue;
         }
         for (i, f) in filters.iter().enumerate() {
-            let Some(got) = answer(&dir, f, &out) else { continue };
+            let Some(got) = answer_us(&dir, f, &out) else { continue };
             assert!(got.len() >= last[i], "`{f}`: {} packets after {}", got.len(), last[i]);
-            assert!(got[..] == whole[i][..got.len()], "`{f}`: the answer is the first {} of the whole", got.len());
+            assert!(got[..] == whole[i][..got.len()], "`{f}`: the answer is tcpdump's first {}", got.len());
             partial += usize::from(got.len() < whole[i].len());
             last[i] = got.len();
             reads += 1;
@@ -157,10 +166,15 @@ fn readers_during_an_import_see_a_growing_prefix() {
     writer.stderr.take().unwrap().read_to_string(&mut e).unwrap();
     assert!(writer.wait().unwrap().success(), "the import is not disturbed: {e}");
     for (i, f) in filters.iter().enumerate() {
-        assert_eq!(answer(&dir, f, &out).unwrap(), whole[i], "`{f}` once the import is done");
+        assert_eq!(answer_us(&dir, f, &out).unwrap(), whole[i], "`{f}` once the import is done: tcpdump's");
     }
-    println!("readers during an import: {reads} answers, {partial} of them partial, all prefixes");
+    println!("readers during an import: {reads} answers, {partial} of them partial, all prefixes of tcpdump's");
     assert!(reads >= 3, "the readers ran while the import did ({reads} answers)");
+}
+
+/// [`answer`] as (µs, wire length, bytes) records, as tcpdump's are compared.
+fn answer_us(dir: &Path, filter: &str, out: &Path) -> Option<Vec<(u64, u32, Vec<u8>)>> {
+    answer(dir, filter, out).map(|_| pcaptool_tests::records_us(out))
 }
 
 /// Readers in a loop while retention removes the oldest segments one by one: each answer is a stretch of the
