@@ -193,9 +193,9 @@ fn readers_during_retention_see_whole_segments() {
     let remover = {
         let (bin, dir) = (pcaptool_bin(), dir.clone());
         std::thread::spawn(move || {
-            for step in (0..20u64).rev() {
+            for step in (0..40u64).rev() {
                 let o = Command::new(&bin)
-                    .args(["retain", p(&dir), "--max-size", &(size * step / 20 + 1).to_string()])
+                    .args(["retain", p(&dir), "--max-size", &(size * step / 40 + 1).to_string()])
                     .output()
                     .unwrap();
                 assert!(o.status.success(), "retain: {}", err(&o));
@@ -216,6 +216,7 @@ fn readers_during_retention_see_whole_segments() {
     }
     remover.join().unwrap();
     println!("readers during retention: {reads} answers, each a stretch of whole segments");
+    assert!(reads >= 3, "the readers ran while retention did ({reads} answers)");
 }
 
 /// Every kind of fault (`xtask::faults`, a few tries each: byte flips at random and chosen offsets of segment

@@ -305,7 +305,10 @@ impl Store {
         self.segments.clear();
         self.damaged.clear();
         self.leftovers = listing.tmp.clone();
-        for (&n, &(data, index)) in &listing.numbers {
+        // Newest first: retention removes the oldest first, so once a segment has been opened every newer one was
+        // (a reader never holds an older segment without the newer ones retention removed in the meantime), and
+        // what it sees is a stretch of whole segments.
+        for (&n, &(data, index)) in listing.numbers.iter().rev() {
             if !(data && index) {
                 let (d, i) = segment_paths(&self.dir, n);
                 self.leftovers.push(if data { d } else { i });
@@ -317,6 +320,9 @@ impl Store {
                 Err(d) => self.damaged.push(d),
             }
         }
+        self.segments.reverse();
+        self.damaged.reverse();
+        self.leftovers.sort();
         let quarantine = quarantined_numbers(&self.dir);
         self.quarantined = quarantine.len() as u32;
         self.next_number = listing
