@@ -117,7 +117,9 @@ pub(crate) fn build_pcaptool() -> anyhow::Result<PathBuf> {
     if !status.success() {
         bail!("cargo build --release -p pcaptool failed");
     }
-    Ok(root().join("target/release/pcaptool"))
+    // Where cargo put it: CARGO_TARGET_DIR (relative to the root, where that build ran) or target/.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), |d| root().join(d));
+    Ok(target.join("release/pcaptool"))
 }
 
 fn faults_cmd(args: &[String]) -> anyhow::Result<()> {
