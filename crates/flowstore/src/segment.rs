@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pcaptool_packet::{
-    Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, PacketFields, prefetch, prefetch_item,
+    Field, FieldValue, FlowKey, FlowTuple, IpProto, LinkType, MappedFile, PacketFields, TsPrecision, prefetch,
+    prefetch_item,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -176,9 +177,11 @@ pub struct SegmentWriter {
     /// The link type and byte order of every packet.
     linktype: LinkType,
     swapped: bool,
-    /// The interfaces its packets came from, and each one's packets.
+    /// The interfaces its packets came from, and each one's packets; each one's index by its number, snapshot
+    /// length and precision.
     ifaces: Vec<SegmentIface>,
     iface_packets: Vec<u64>,
+    iface_of: FxHashMap<(u32, u32, TsPrecision), u16>,
     /// The trace its packets come from, if known.
     pub(crate) source: Option<SourceMark>,
     /// The packets, in the order they came; the flow slots (slot 0: packets of no flow); the Bloom filters' address
@@ -245,6 +248,7 @@ impl SegmentWriter {
             swapped: meta.swapped,
             ifaces: Vec::new(),
             iface_packets: Vec::new(),
+            iface_of: FxHashMap::default(),
             source: None,
             mem: {
                 spare.clear();
@@ -274,10 +278,9 @@ impl SegmentWriter {
     /// and precision; the name is the first given.
     pub fn iface_index(&mut self, meta: &StoreMeta, iface_name: &str) -> Option<u16> {
         debug_assert_eq!((meta.linktype, meta.swapped), self.kind(), "a packet of another kind of segment");
-        let same =
-            |f: &SegmentIface| f.iface == meta.iface && f.snaplen == meta.snaplen && f.precision == meta.precision;
-        if let Some(i) = self.ifaces.iter().position(same) {
-            return Some(i as u16);
+        let key = (meta.iface, meta.snaplen, meta.precision);
+        if let Some(&i) = self.iface_of.get(&key) {
+            return Some(i);
         }
         if self.ifaces.len() >= MAX_IFACES {
             return None;
@@ -293,7 +296,9 @@ impl SegmentWriter {
             name: iface_name[..end].to_string(),
         });
         self.iface_packets.push(0);
-        Some((self.ifaces.len() - 1) as u16)
+        let i = (self.ifaces.len() - 1) as u16;
+        self.iface_of.insert(key, i);
+        Some(i)
     }
 
     /// Packets held of interface `iface` (its index in the source, as in [`StoreMeta::iface`]).
