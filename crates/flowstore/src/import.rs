@@ -7,6 +7,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use pcaptool_packet::{FileFormat, LinkType, TraceReader, TsPrecision, precision_for};
+use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
 use crate::ingest::Ingest;
@@ -45,13 +46,17 @@ pub fn trace_identity(path: &Path) -> Result<Option<[u8; 16]>, StoreError> {
 struct Resume {
     seq0: u64,
     flow0: u64,
-    held: Vec<((LinkType, bool), u64, u64)>,
+    /// Per kind of segment, the stretches of positions held, sorted.
+    held: FxHashMap<(LinkType, bool), Vec<(u64, u64)>>,
 }
 
 impl Resume {
-    /// Whether the packet at position `seq`, of kind `kind`, is stored already.
+    /// Whether the packet at position `seq`, of kind `kind`, is stored already (a binary search: a trace of
+    /// thousands of segments is resumed at the speed of reading it).
     fn holds(&self, kind: (LinkType, bool), seq: u64) -> bool {
-        self.held.iter().any(|&(k, lo, hi)| k == kind && (lo..=hi).contains(&seq))
+        let Some(v) = self.held.get(&kind) else { return false };
+        let i = v.partition_point(|&(lo, _)| lo <= seq);
+        i > 0 && v[i - 1].1 >= seq
     }
 }
 
@@ -94,8 +99,11 @@ impl Store {
                 trace.display()
             )));
         }
-        let held =
-            mine.iter().map(|s| ((s.stage1.linktype, s.stage1.swapped), s.stage1.seq_min, s.stage1.seq_max)).collect();
+        let mut held: FxHashMap<(LinkType, bool), Vec<(u64, u64)>> = FxHashMap::default();
+        for s in &mine {
+            held.entry((s.stage1.linktype, s.stage1.swapped)).or_default().push((s.stage1.seq_min, s.stage1.seq_max));
+        }
+        held.values_mut().for_each(|v| v.sort_unstable());
         Ok(Some(Resume { seq0, flow0, held }))
     }
 
@@ -204,6 +212,30 @@ fn feed(
         if offset >= last_report + (1 << 24) {
             last_report = offset;
             progress(offset);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A position is held exactly when a stretch of its kind covers it, wherever the stretches are.
+    #[test]
+    fn resume_holds_the_stretches_of_its_kind() {
+        let eth = (LinkType::ETHERNET, false);
+        let raw = (LinkType(101), false);
+        let mut held = FxHashMap::default();
+        held.insert(eth, vec![(0, 9), (20, 29), (40, 40)]);
+        held.insert(raw, vec![(10, 19)]);
+        let r = Resume { seq0: 0, flow0: 0, held };
+        let naive = |kind: (LinkType, bool), seq: u64| {
+            r.held.get(&kind).is_some_and(|v| v.iter().any(|&(lo, hi)| (lo..=hi).contains(&seq)))
+        };
+        for seq in 0..50 {
+            for kind in [eth, raw, (LinkType(1), true)] {
+                assert_eq!(r.holds(kind, seq), naive(kind, seq), "{kind:?} {seq}");
+            }
         }
     }
 }
