@@ -292,6 +292,18 @@ fn skip_damaged_answers_from_the_rest_and_repair_sets_it_aside() {
     let o = pcaptool(&["info", p(&dir), "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(info["quarantined"], 1, "{info}");
+    assert_eq!(answer(&dir, "", &out).unwrap(), want, "after repair");
+    // A segment's files copied under another number (a botched copy) would give its packets twice: it is set aside.
+    for ext in ["pcap", "ptsx"] {
+        std::fs::copy(dir.join(format!("seg-000000.{ext}")), dir.join(format!("seg-000090.{ext}"))).unwrap();
+    }
+    let o = pcaptool(&["query", p(&dir), "", "-w", p(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("seg-000090.ptsx") && err(&o).contains("says it is segment 0"), "{}", err(&o));
+    let o = pcaptool(&["query", p(&dir), "", "-w", p(&out), "--skip-damaged"]);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(records(&std::fs::read(&out).unwrap()), want, "no packet twice");
+    assert!(pcaptool(&["repair", p(&dir)]).status.success());
     // A damaged index: the other segments are still described, and a query says which one.
     let index = dir.join("seg-000002.ptsx");
     let mut b = std::fs::read(&index).unwrap();

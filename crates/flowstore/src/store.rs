@@ -207,9 +207,20 @@ fn open_segment(dir: &Path, n: u32) -> Result<Result<Option<Segment>, DamagedSeg
         Ok(None) => return Ok(Ok(None)),
         Err(d) => return Ok(Err(d)),
     };
-    Ok(Segment::from_files(data, index.clone(), data_file, index_file)
-        .map(Some)
-        .map_err(|e| DamagedSegment::of(n, &e, &index)))
+    let seg = match Segment::from_files(data, index.clone(), data_file, index_file) {
+        Ok(seg) => seg,
+        Err(e) => return Ok(Err(DamagedSegment::of(n, &e, &index))),
+    };
+    // A segment's files copied or renamed to another number would give its packets twice, or out of place.
+    if seg.stage1.number != n {
+        return Ok(Err(DamagedSegment {
+            number: n,
+            path: index,
+            offset: 24,
+            why: format!("its index says it is segment {}: a file copied or renamed into the store", seg.stage1.number),
+        }));
+    }
+    Ok(Ok(Some(seg)))
 }
 
 impl Store {
