@@ -55,6 +55,24 @@ fn answer(dir: &Path, filter: &str, out: &Path) -> Option<Vec<Vec<u8>>> {
     Some(records(&std::fs::read(out).unwrap()))
 }
 
+/// A generated trace of `packets` (seed `seed`) in `tmp`, imported into `store` in `base` (or `tmp`) (with `--segment-size`
+/// when given); returns the trace and the store.
+fn imported(
+    tmp: &TempDir,
+    base: Option<&Path>,
+    packets: u64,
+    seed: u64,
+    segment_size: Option<&str>,
+) -> (PathBuf, PathBuf) {
+    let a = gen_trace(tmp, "a.pcap", packets, seed);
+    let dir = base.map_or_else(|| tmp.join("store"), |b| b.join("store"));
+    let mut args = vec!["import", p(&a), "--store", p(&dir)];
+    args.extend(segment_size.iter().flat_map(|s| ["--segment-size", s]));
+    let o = pcaptool(&args);
+    assert!(o.status.success(), "{}", err(&o));
+    (a, dir)
+}
+
 /// Waits for the lock file of `dir` to name a holder.
 fn wait_for_writer(dir: &Path, child: &mut std::process::Child) {
     let started = Instant::now();
@@ -183,9 +201,7 @@ fn answer_us(dir: &Path, filter: &str, out: &Path) -> Option<Vec<(u64, u32, Vec<
 #[test]
 fn readers_during_retention_see_whole_segments() {
     let tmp = TempDir::new("integrity-retention");
-    let a = gen_trace(&tmp, "a.pcap", 60_000, 24);
-    let dir = tmp.join("store");
-    assert!(pcaptool(&["import", p(&a), "--store", p(&dir), "--segment-size", "128K"]).status.success());
+    let (_, dir) = imported(&tmp, None, 60_000, 24, Some("128K"));
     let out = tmp.join("out.pcap");
     let filter = "tcp or icmp";
     let whole = answer(&dir, filter, &out).unwrap();
@@ -251,9 +267,7 @@ fn faults_never_give_a_silent_wrong_answer() {
 #[test]
 fn skip_damaged_answers_from_the_rest_and_repair_sets_it_aside() {
     let tmp = TempDir::new("integrity-skip");
-    let a = gen_trace(&tmp, "a.pcap", 8_000, 25);
-    let dir = tmp.join("store");
-    assert!(pcaptool(&["import", p(&a), "--store", p(&dir), "--segment-size", "256K"]).status.success());
+    let (_, dir) = imported(&tmp, None, 8_000, 25, Some("256K"));
     let out = tmp.join("out.pcap");
     let whole = answer(&dir, "", &out).unwrap();
     // What segment 1 holds: its packets are a stretch of the trace (one kind of packet).
@@ -349,9 +363,7 @@ impl Drop for Unmount {
 #[test]
 fn a_full_disk_names_the_output() {
     let tmp = TempDir::new("integrity-full");
-    let a = gen_trace(&tmp, "a.pcap", 20_000, 28);
-    let dir = tmp.join("store");
-    assert!(pcaptool(&["import", p(&a), "--store", p(&dir)]).status.success());
+    let (a, dir) = imported(&tmp, None, 20_000, 28, None);
     let mnt = tmp.join("small");
     let Some(_unmount) = tmpfs(&mnt, "size=1m", "the full disk test") else { return };
     for source in [&a, &dir] {
@@ -369,9 +381,7 @@ fn a_full_disk_names_the_output() {
 #[test]
 fn closed_pipes_end_quietly() {
     let tmp = TempDir::new("integrity-pipe");
-    let a = gen_trace(&tmp, "a.pcap", 3_000, 29);
-    let dir = tmp.join("store");
-    assert!(pcaptool(&["import", p(&a), "--store", p(&dir)]).status.success());
+    let (a, dir) = imported(&tmp, None, 3_000, 29, None);
     let bin = pcaptool_bin();
     for args in [
         format!("info {}", p(&dir)),
@@ -399,11 +409,9 @@ fn closed_pipes_end_quietly() {
 #[test]
 fn readers_work_on_read_only_media_and_as_other_users() {
     let tmp = TempDir::new("integrity-ro");
-    let a = gen_trace(&tmp, "a.pcap", 5_000, 26);
     let mnt = tmp.join("mnt");
     let Some(_unmount) = tmpfs(&mnt, "size=64m", "the read-only media test") else { return };
-    let dir = mnt.join("store");
-    assert!(pcaptool(&["import", p(&a), "--store", p(&dir), "--segment-size", "256K"]).status.success());
+    let (a, dir) = imported(&tmp, Some(&mnt), 5_000, 26, Some("256K"));
     std::fs::write(dir.join("seg-000099.pcap.tmp"), b"an interrupted segment").unwrap();
     std::fs::write(dir.join("seg-000099.ptsx"), b"an index without its data").unwrap();
     let out = tmp.join("out.pcap");
