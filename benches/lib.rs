@@ -6,7 +6,7 @@
 use std::path::Path;
 
 /// SplitMix64 from the trace generator, started from a raw state so the data sets stay those of docs/BENCHMARKS.md.
-pub use xtask::tracegen::Rng;
+pub use pcaptool_tests::tracegen::Rng;
 
 /// Empirical entropy H0 in bits per symbol.
 pub fn h0(seq: &[u32]) -> f64 {

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use pcaptool_packet::{LinkType, PcapWriter, TraceReader, TsPrecision};
 use pcaptool_tests::{TempDir, corpus_dir, pcaptool_bin, repo_root, tool};
-use xtask::netns::Pair;
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::netns::Pair;
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")

@@ -12,7 +12,7 @@ use pcaptool_index::{BuildOptions, IndexFile, build};
 use pcaptool_packet::{Compression, Compressor, FileFormat, LinkType, TraceReader};
 use pcaptool_query::{Filter, Target, plan};
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn table() -> Vec<String> {
     pcaptool_tests::filter_table()

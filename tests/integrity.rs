@@ -1,7 +1,7 @@
 //! Store integrity through the binary: one writer at a time (a second import, `retain` or `repair` is refused
 //! with who holds the store), readers that never disturb a writer and always see a consistent set of segments
 //! (during an import, during retention), damage that never comes back as a packet (byte flips and truncations of
-//! segment data, segment indexes and trace indexes, `kill -9` of writers: `xtask::faults`), read-only media and
+//! segment data, segment indexes and trace indexes, `kill -9` of writers: `pcaptool_tests::faults`), read-only media and
 //! other users with leftovers present, format 2 stores still read, and hostile input (pcapng files of thousands
 //! of interfaces or sections, filters nested thousands deep or thousands of terms long) answered within a
 //! watchdog's time and a memory limit. Import races with a capture are in tests/capture.rs.
@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn pcaptool(args: &[&str]) -> Output {
     Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
@@ -235,21 +235,21 @@ fn readers_during_retention_see_whole_segments() {
     assert!(reads >= 3, "the readers ran while retention did ({reads} answers)");
 }
 
-/// Every kind of fault (`xtask::faults`, a few tries each: byte flips at random and chosen offsets of segment
+/// Every kind of fault (`pcaptool_tests::faults`, a few tries each: byte flips at random and chosen offsets of segment
 /// data, segment indexes and a trace index, truncations, `kill -9` of import, retention and repair) ends in an
 /// exact answer or a clear error, never a wrong answer with success nor a crash; `verify` finds every damage.
 #[test]
 fn faults_never_give_a_silent_wrong_answer() {
     let tmp = TempDir::new("integrity-faults");
-    let cfg = xtask::faults::FaultConfig {
+    let cfg = pcaptool_tests::faults::FaultConfig {
         pcaptool: pcaptool_bin(),
         work: tmp.join("faults"),
         tries: 8,
         seed: 31,
         packets: 6_000,
     };
-    let tallies = xtask::faults::run(&cfg).unwrap();
-    println!("{}", xtask::faults::table(&tallies));
+    let tallies = pcaptool_tests::faults::run(&cfg).unwrap();
+    println!("{}", pcaptool_tests::faults::table(&tallies));
     for t in &tallies {
         assert_eq!(t.tries as usize, cfg.tries, "{}", t.kind);
         assert_eq!(t.silent_wrong + t.crashes, 0, "{}: {:?}", t.kind, t.defects);

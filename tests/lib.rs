@@ -1,4 +1,6 @@
-//! Helpers shared by the integration tests: finding the corpus, the external tools and the `pcaptool` binary.
+//! Helpers shared by the integration tests, the benchmarks and `cargo xtask`: finding the corpus, the external
+//! tools and the `pcaptool` binary; the deterministic trace generator; network namespaces for capture tests; the
+//! fault injector.
 //!
 //! Tests that need `../shared/corpus` or an external tool (tcpdump, capinfos, tshark) say so and skip when it is
 //! absent on a developer's machine; under CI (`CI=true`) a missing tool or corpus is a failure instead, so that a
@@ -6,8 +8,14 @@
 
 #![deny(unsafe_code)]
 
+#[path = "support/faults.rs"]
+pub mod faults;
 pub mod fuzz;
 pub mod libpcap;
+#[path = "support/netns.rs"]
+pub mod netns;
+#[path = "support/tracegen.rs"]
+pub mod tracegen;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

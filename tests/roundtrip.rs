@@ -6,7 +6,7 @@ use std::process::Command;
 
 use pcaptool_packet::{FileFormat, TraceReader};
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, tool};
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 /// (ts_ns, wirelen, data) of every record, and the damage that ended reading, if any.
 fn records(path: &Path) -> Recs {
@@ -126,10 +126,11 @@ fn pcap_to_pcapng_to_pcap_is_lossless_on_the_corpus() {
         let unrepresentable = {
             let mut r = TraceReader::open(&ng).unwrap();
             let mut late = false;
+            let mut lts = Vec::new();
             while let Some(Ok(rec)) = r.next_record() {
                 late |= rec.ts_ns / 1_000_000_000 > u64::from(u32::MAX);
+                lts.push(rec.linktype.base());
             }
-            let mut lts: Vec<_> = r.interfaces().iter().map(|i| i.linktype.base()).collect();
             lts.sort();
             lts.dedup();
             lts.len() > 1 || late

@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pcaptool_packet::{OutputFormat, Records, TraceReader, TraceWriter, TsPrecision, decode};
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn trace() -> Vec<u8> {
     let opt = GenOptions { packets: u64::MAX, max_bytes: 64 << 20, ..GenOptions::default() };

@@ -12,7 +12,7 @@ use pcaptool_packet::{LinkType, Records};
 use pcaptool_query::prog::Packet;
 use pcaptool_query::{Filter, Target};
 use pcaptool_tests::libpcap::Handle;
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 const FILTERS: &[(&str, &str)] = &[
     ("ip", "ip"),

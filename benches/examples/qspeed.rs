@@ -4,7 +4,7 @@ use std::time::Instant;
 use pcaptool_packet::{LinkType, Records};
 use pcaptool_query::{Filter, Target};
 use pcaptool_tests::libpcap::Handle;
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn main() {
     let text = std::env::args().nth(1).unwrap_or_else(|| "tcp port 80".into());

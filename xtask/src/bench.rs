@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use pcaptool_packet::{Records, TraceReader, decode};
-use xtask::tracegen::GenOptions;
+use pcaptool_tests::tracegen::GenOptions;
 
 use crate::{build_pcaptool, gen_file, parse_size, root};
 
@@ -374,6 +374,25 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
             ours.as_secs_f64(),
             theirs.as_secs_f64(),
             theirs.as_secs_f64() / ours.as_secs_f64()
+        );
+    }
+    println!();
+    // The planner's choice against its alternative: a bulk filter with the index present (index or chunked scan,
+    // as the planner picks) beside `--scan` (the batched scan that ignores the index).
+    println!("| bulk filter | with the index (planner's choice) | `--scan` | scan time / index time |");
+    println!("|---|---|---|---|");
+    for filter in ["tcp port 443", "tcp", "udp", "ip6", "not port 80"] {
+        warm(&trace)?;
+        let with = command_time(3, Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["-w", "/dev/null"]))?;
+        let scan = command_time(
+            3,
+            Command::new(&bin).arg("query").arg("--scan").arg(&trace).arg(filter).args(["-w", "/dev/null"]),
+        )?;
+        println!(
+            "| `{filter}` | {:.3} s | {:.3} s | {:.2} |",
+            with.as_secs_f64(),
+            scan.as_secs_f64(),
+            scan.as_secs_f64() / with.as_secs_f64()
         );
     }
     println!();

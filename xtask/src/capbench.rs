@@ -1,5 +1,5 @@
 //! `cargo xtask bench --only capture`: live capture side by side with tcpdump on a veth pair between two
-//! namespaces (xtask::netns), and the writing and indexing pipeline fed from memory.
+//! namespaces (pcaptool_tests::netns), and the writing and indexing pipeline fed from memory.
 //!
 //! - The pipeline from memory: 64-byte frames of many flows pushed into the flow store (`Store::ingest`: flow
 //!   tracking, flow-clustered segments, their indexes, fsync at each close), and for comparison only dumped to a
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use pcaptool_flowstore::{ImportOptions, Incoming, Store, StoreMeta};
 use pcaptool_packet::{LinkType, PcapWriter, TsPrecision};
-use xtask::netns::{Pair, udp_frames};
+use pcaptool_tests::netns::{Pair, udp_frames};
 
 use crate::{build_pcaptool, root};
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use xtask::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 
 const USAGE: &str = "usage: cargo xtask <command>
 
@@ -95,7 +95,7 @@ fn gen_cmd(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn gen_file(out: &Path, opt: &GenOptions) -> anyhow::Result<xtask::tracegen::GenStats> {
+pub(crate) fn gen_file(out: &Path, opt: &GenOptions) -> anyhow::Result<pcaptool_tests::tracegen::GenStats> {
     let f = File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let (_, stats) = generate(BufWriter::with_capacity(1 << 20, f), opt)?;
     Ok(stats)
@@ -108,6 +108,10 @@ pub(crate) fn root() -> PathBuf {
 /// Builds the release binary and returns its path.
 /// Builds the release `pcaptool` (with the cargo features in `PCAPTOOL_FEATURES`, such as `xdp`).
 pub(crate) fn build_pcaptool() -> anyhow::Result<PathBuf> {
+    // A given binary (to compare two builds with the same harness) is used as it is.
+    if let Some(bin) = std::env::var_os("PCAPTOOL_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
     let features = std::env::var("PCAPTOOL_FEATURES").unwrap_or_default();
     let mut args = vec!["build", "--release", "--quiet", "-p", "pcaptool"];
     if !features.is_empty() {
@@ -123,7 +127,7 @@ pub(crate) fn build_pcaptool() -> anyhow::Result<PathBuf> {
 }
 
 fn faults_cmd(args: &[String]) -> anyhow::Result<()> {
-    let mut cfg = xtask::faults::FaultConfig {
+    let mut cfg = pcaptool_tests::faults::FaultConfig {
         pcaptool: build_pcaptool()?,
         work: root().join("target/faults"),
         tries: 200,
@@ -141,8 +145,8 @@ fn faults_cmd(args: &[String]) -> anyhow::Result<()> {
         }
     }
     let started = std::time::Instant::now();
-    let tallies = xtask::faults::run(&cfg).map_err(|e| anyhow::anyhow!(e))?;
-    println!("{}", xtask::faults::table(&tallies));
+    let tallies = pcaptool_tests::faults::run(&cfg).map_err(|e| anyhow::anyhow!(e))?;
+    println!("{}", pcaptool_tests::faults::table(&tallies));
     for t in &tallies {
         for d in &t.defects {
             println!("defect ({}): {d}", t.kind);

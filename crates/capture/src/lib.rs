@@ -33,6 +33,8 @@
 
 #![deny(missing_docs)]
 
+/// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
+#[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod ring;

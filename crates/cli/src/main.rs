@@ -11,7 +11,9 @@ macro_rules! outln {
     }};
 }
 
+mod args;
 mod cmd;
+mod explain;
 mod progress;
 
 use std::io;

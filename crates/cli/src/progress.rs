@@ -25,3 +25,38 @@ pub(crate) fn bytes(total: Option<u64>, what: &str) -> ProgressBar {
     pb.set_prefix(what.to_string());
     pb
 }
+
+/// A byte-counting bar that the engine drives ([`pcaptool_engine::Progress`]); created when the work's size is
+/// known.
+#[derive(Debug)]
+pub(crate) struct Bar {
+    what: &'static str,
+    bar: std::sync::OnceLock<ProgressBar>,
+}
+
+impl Bar {
+    pub(crate) fn new(what: &'static str) -> Bar {
+        Bar { what, bar: std::sync::OnceLock::new() }
+    }
+}
+
+impl pcaptool_engine::Progress for Bar {
+    fn start(&self, total: Option<u64>) {
+        let _ = self.bar.set(bytes(total, self.what));
+    }
+    fn advance(&self, n: u64) {
+        if let Some(b) = self.bar.get() {
+            b.inc(n);
+        }
+    }
+    fn at(&self, at: u64) {
+        if let Some(b) = self.bar.get() {
+            b.set_position(at);
+        }
+    }
+    fn finish(&self) {
+        if let Some(b) = self.bar.get() {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -41,6 +41,8 @@ mod codec;
 mod dataout;
 mod error;
 pub mod flow;
+/// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
+#[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod import;

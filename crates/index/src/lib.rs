@@ -43,6 +43,8 @@
 mod build;
 mod error;
 mod format;
+/// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
+#[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod keys;

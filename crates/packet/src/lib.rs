@@ -35,6 +35,8 @@ mod decode;
 mod error;
 mod fields;
 mod flow;
+/// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
+#[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod read;

@@ -297,7 +297,22 @@ impl<W: Write> TraceWriter<W> {
         }
     }
 
-    /// Flushes and returns the inner writer; an empty pcap gets its header from `ifaces` (or Ethernet).
+    /// Declares every interface of `ifaces` not declared yet (pcapng; pcap has its one interface in its
+    /// header), so that they come before the first packet and are there even if no packet refers to them.
+    pub fn declare(&mut self, ifaces: &[Interface]) -> Result<(), WriteError> {
+        if let Inner::PcapNg(w, forced) = &mut self.inner {
+            while (w.interface_count() as usize) < ifaces.len() {
+                let src = &ifaces[w.interface_count() as usize];
+                let snap = self.snaplen.unwrap_or(src.snaplen);
+                let prec = forced.unwrap_or(precision_for(src.tsresol));
+                w.add_interface_with_fcs(src.linktype, snap, prec, src.name.as_deref(), src.fcs_len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and returns the inner writer; an empty pcap gets its header from `ifaces` (or Ethernet), an
+    /// empty pcapng its interfaces (every reader refuses a pcapng without one, as libpcap does).
     pub fn finish(self, ifaces: &[Interface]) -> Result<W, WriteError> {
         match self.inner {
             Inner::PendingPcap(w, p) => {
@@ -307,7 +322,23 @@ impl<W: Write> TraceWriter<W> {
                 PcapWriter::new(w, lt, self.snaplen.unwrap_or(snap), p)?.finish()
             }
             Inner::Pcap(w) => w.finish(),
-            Inner::PcapNg(w, _) => w.finish(),
+            Inner::PcapNg(mut w, forced) => {
+                if w.interface_count() == 0 {
+                    match ifaces {
+                        [] => {
+                            let snap = self.snaplen.unwrap_or(262_144);
+                            w.add_interface(LinkType::ETHERNET, snap, forced.unwrap_or(TsPrecision::Micro), None)?;
+                        }
+                        _ => {
+                            let mut tw = TraceWriter { inner: Inner::PcapNg(w, forced), snaplen: self.snaplen };
+                            tw.declare(ifaces)?;
+                            let Inner::PcapNg(done, _) = tw.inner else { unreachable!("declared into pcapng") };
+                            return done.finish();
+                        }
+                    }
+                }
+                w.finish()
+            }
         }
     }
 }

@@ -25,6 +25,8 @@
 pub mod ast;
 mod compile;
 mod error;
+/// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
+#[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz_harness;
 mod lex;

@@ -13,7 +13,7 @@ use pcaptool_flowstore::{ImportOptions, Incoming, Ingest, StoreMeta};
 use pcaptool_packet::TsPrecision;
 use pcaptool_query::Filter;
 
-use crate::cmd::store::parse_size;
+use crate::args::parse_size;
 
 /// A duration: a number with ms, s, m or h (seconds if bare).
 fn parse_duration(s: &str) -> Result<Duration, String> {

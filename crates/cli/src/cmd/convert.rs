@@ -3,37 +3,24 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use pcaptool_packet::{
-    Compression, Compressor, FileFormat, OutputFormat, Record, TraceReader, TraceWriter, TsPrecision, parse_time,
+    Compression, Compressor, FileFormat, OutputFormat, Record, TraceReader, TraceWriter, TsPrecision,
     precision_for,
 };
 
+use crate::args::{Compress, Format, parse_time_arg};
 use crate::cmd::same_file;
 use crate::progress;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
-    Pcap,
-    Pcapng,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Precision {
     Us,
     Ns,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Compress {
-    None,
-    Gzip,
-    Zstd,
-    Lz4,
 }
 
 /// Arguments of `pcaptool convert`.
@@ -63,14 +50,6 @@ pub(crate) struct Args {
     before: Option<u64>,
 }
 
-pub(crate) fn parse_time_arg(s: &str) -> Result<u64, String> {
-    parse_time(s).map_err(|e| e.to_string())
-}
-
-fn name_of(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default()
-}
-
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let out =
         Some(if args.output.as_os_str() == "-" { "standard output".into() } else { args.output.display().to_string() });
@@ -86,16 +65,13 @@ fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut reader = TraceReader::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     reader.read_header()?;
-    let out_name = name_of(&args.output);
-    let container = args.format.unwrap_or(if out_name.contains(".pcapng") {
-        Format::Pcapng
-    } else if out_name.contains(".pcap") {
-        Format::Pcap
-    } else {
-        match reader.format() {
+    let container = args.format.unwrap_or(match pcaptool_engine::container_for_name(&args.output) {
+        Some(pcaptool_engine::Container::PcapNg) => Format::Pcapng,
+        Some(_) => Format::Pcap,
+        None => match reader.format() {
             Some(FileFormat::PcapNg { .. }) => Format::Pcapng,
             _ => Format::Pcap,
-        }
+        },
     });
     let forced = args.precision.map(|p| match p {
         Precision::Us => TsPrecision::Micro,
@@ -109,14 +85,8 @@ fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
         })),
     };
     let compression = match args.compress {
-        Some(Compress::None) => None,
-        Some(Compress::Gzip) => Some(Compression::Gzip),
-        Some(Compress::Zstd) => Some(Compression::Zstd),
-        Some(Compress::Lz4) => Some(Compression::Lz4),
-        None if out_name.ends_with(".gz") => Some(Compression::Gzip),
-        None if out_name.ends_with(".zst") || out_name.ends_with(".zstd") => Some(Compression::Zstd),
-        None if out_name.ends_with(".lz4") => Some(Compression::Lz4),
-        None => None,
+        Some(c) => c.compression(),
+        None => pcaptool_engine::compression_for_name(&args.output),
     };
     if let (Some(a), Some(b)) = (args.after, args.before)
         && a >= b

@@ -39,7 +39,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for trace in &args.traces {
         let mut reader = TraceReader::open(trace).with_context(|| format!("cannot open {}", trace.display()))?;
         reader.read_header()?;
-        let snap = crate::cmd::query::snapshot(&reader);
+        let snap = pcaptool_engine::snapshot(reader.interfaces());
         drop(reader);
         let out = sidecar_path(trace);
         let total = std::fs::metadata(trace).ok().map(|m| m.len());

@@ -8,8 +8,9 @@ use anyhow::Context;
 use pcaptool_index::{IndexFile, compression_code, sidecar_path};
 use pcaptool_packet::TraceReader;
 
-use crate::cmd::store::{open_store, open_writer, parse_size};
-use crate::cmd::{EXIT_DAMAGED, query};
+use crate::args::parse_size;
+use crate::cmd::store::{open_store, open_writer};
+use crate::cmd::EXIT_DAMAGED;
 use crate::progress;
 
 /// Arguments of `pcaptool verify`.
@@ -131,7 +132,7 @@ fn verify_trace(trace: &Path, json: bool) -> anyhow::Result<bool> {
     let index = if index_path.exists() {
         let check = || -> Result<(), String> {
             let file = IndexFile::open(&index_path).map_err(|e| e.to_string())?;
-            let snap = u32::try_from(query::snapshot(&reader)).unwrap_or(u32::MAX);
+            let snap = u32::try_from(pcaptool_engine::snapshot(reader.interfaces())).unwrap_or(u32::MAX);
             file.check_trace(trace, Some(compression_code(reader.compression())), snap).map_err(|e| e.to_string())?;
             file.view().and_then(|v| v.check()).map_err(|e| e.to_string())
         };

@@ -2,7 +2,6 @@
 
 pub(crate) mod capture;
 pub(crate) mod convert;
-pub(crate) mod explain;
 pub(crate) mod index;
 pub(crate) mod info;
 pub(crate) mod maintain;
@@ -33,4 +32,21 @@ pub(crate) fn name_output(e: anyhow::Error, out: Option<String>) -> anyhow::Erro
         Some(at) => anyhow::anyhow!("cannot write {name}: {}", crate::chain_of(&causes[at + 1..])),
         None => e,
     }
+}
+
+/// Warns of the damaged segments a read left out; the exit status that says so.
+pub(crate) fn warn_skipped(dir: &std::path::Path, skipped: &[pcaptool_flowstore::DamagedSegment]) -> std::process::ExitCode {
+    for d in skipped {
+        eprintln!("pcaptool: warning: left out segment {}: {d}", d.number);
+    }
+    if skipped.is_empty() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "pcaptool: warning: the answer is from the undamaged segments only ({} left out): `pcaptool repair {}` sets \
+         damaged segments aside",
+        skipped.len(),
+        dir.display()
+    );
+    std::process::ExitCode::from(EXIT_DAMAGED)
 }

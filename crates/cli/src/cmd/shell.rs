@@ -6,12 +6,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use pcaptool_packet::TraceReader;
+use pcaptool_engine::{Request, Source, TraceSink, WriteOptions};
 use pcaptool_query::Filter;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
-
-use crate::cmd::query::{self, Args as QueryArgs};
 
 /// Arguments of `pcaptool shell`.
 #[derive(Debug, clap::Args)]
@@ -64,22 +62,16 @@ fn history_path() -> Option<PathBuf> {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let trace = args.trace;
     let started = Instant::now();
-    let mut reader = TraceReader::open(&trace).with_context(|| format!("cannot open {}", trace.display()))?;
-    reader.read_header()?;
-    let index_file = query::open_index(&trace, &reader)?;
-    let view = match &index_file {
-        Some(f) => Some(f.view().map_err(query::index_error)?),
-        None => None,
-    };
-    match (&index_file, &view) {
-        (Some(f), Some(v)) => eprintln!(
+    let source = Source::open(&trace)?;
+    match source.index() {
+        Some(f) => eprintln!(
             "{}: index of {} packets loaded and checked in {:.3} s ({} bytes)",
             trace.display(),
-            v.packets(),
+            f.packets(),
             started.elapsed().as_secs_f64(),
             f.size_bytes()
         ),
-        _ => eprintln!("{}: no index (`pcaptool index` makes one): every query scans the trace", trace.display()),
+        None => eprintln!("{}: no index (`pcaptool index` makes one): every query scans the trace", trace.display()),
     }
     eprintln!("type a tcpdump filter to count its packets, `help` for more");
     let mut rl = DefaultEditor::new().context("cannot start the line editor")?;
@@ -113,16 +105,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(Command::Explain(f)) => (f, None, true),
         };
         let t = Instant::now();
-        let result = (|| -> anyhow::Result<ExitCode> {
-            let parsed = Filter::new(filter).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?;
-            let qa = QueryArgs::for_shell(trace.clone(), filter, write, explain);
-            let mut reader = TraceReader::open(&trace).with_context(|| format!("cannot open {}", trace.display()))?;
-            reader.read_header()?;
-            query::execute(&qa, &parsed, reader, view.as_ref())
+        let result = (|| -> anyhow::Result<()> {
+            let req = Request::new().with_filter(Filter::new(filter).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?);
+            if explain {
+                return crate::explain::print(&source.plan(&req)?, false);
+            }
+            let matched = match &write {
+                Some(w) => source.run(&req, &mut TraceSink::create(w, WriteOptions::new())?)?.matched,
+                None => source.count(&req)?,
+            };
+            outln!("{matched}");
+            Ok(())
         })();
         match result {
-            Ok(_) if !explain => eprintln!("({:.3} s)", t.elapsed().as_secs_f64()),
-            Ok(_) => {}
+            Ok(()) if !explain => eprintln!("({:.3} s)", t.elapsed().as_secs_f64()),
+            Ok(()) => {}
             Err(e) => eprintln!("error: {}", crate::chain(&e)),
         }
     }

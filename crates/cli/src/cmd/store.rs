@@ -1,35 +1,18 @@
 //! The flow store's commands: `pcaptool import TRACE... --store DIR`, `pcaptool flows DIR [FILTER]`, and the
-//! store side of `pcaptool query DIR ...` and `pcaptool info DIR`.
+//! store side of `pcaptool info DIR`.
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
-use pcaptool_flowstore::{Flow, ImportOptions, Store, StoreError, StoredPacket};
-use pcaptool_packet::{Field, Need, PcapNgWriter, PcapWriter, Pred};
+use anyhow::Context;
+use pcaptool_flowstore::{Flow, ImportOptions, Store, StoreError};
+use pcaptool_packet::Need;
 use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
 
 use crate::progress;
-
-/// A byte count with an optional K, M, G or T suffix (powers of 1024).
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
-        Some((i, 'T' | 't')) => (&s[..i], 1 << 40),
-        _ => (s, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("`{s}` is not a size (bytes, or a number with K, M, G or T)"))
-}
 
 /// Arguments of `pcaptool import`.
 #[derive(Debug, clap::Args)]
@@ -41,10 +24,10 @@ pub(crate) struct ImportArgs {
     #[arg(long, value_name = "DIR")]
     store: PathBuf,
     /// Close a segment at this many bytes of data (or once its packets take twice that in memory).
-    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = crate::args::parse_size)]
     segment_size: u64,
     /// After importing, remove the oldest segments whole until the store takes at most this much.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = crate::args::parse_size)]
     max_size: Option<u64>,
     /// Import a trace the store already holds whole again, as new packets (by default it is refused; an
     /// interrupted import of a trace resumes after what it stored).
@@ -87,23 +70,9 @@ pub(crate) fn read_error(dir: &Path, e: StoreError) -> anyhow::Error {
     }
 }
 
-/// Warns of the damaged segments a read left out; the exit status that says so.
+/// Warns of the damaged segments a read of `store` left out; the exit status that says so.
 pub(crate) fn warn_skipped(store: &Store) -> ExitCode {
-    let skipped = store.skipped();
-    for d in &skipped {
-        eprintln!("pcaptool: warning: left out segment {}: {d}", d.number);
-    }
-    if skipped.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!(
-            "pcaptool: warning: the answer is from the undamaged segments only ({} left out): `pcaptool repair {}` \
-             sets damaged segments aside",
-            skipped.len(),
-            store.dir().display()
-        );
-        ExitCode::from(crate::cmd::EXIT_DAMAGED)
-    }
+    crate::cmd::warn_skipped(store.dir(), &store.skipped())
 }
 
 pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
@@ -171,212 +140,6 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(code)
-}
-
-/// The output of a store query.
-enum Out {
-    Pcap(PcapWriter<Box<dyn Write>>),
-    PcapNg(PcapNgWriter<Box<dyn Write>>),
-}
-
-/// What `pcaptool query DIR` was asked besides the filter.
-pub(crate) struct QueryOpts<'a> {
-    pub(crate) flow: Option<u64>,
-    pub(crate) write: Option<&'a Path>,
-    pub(crate) count: bool,
-    pub(crate) limit: Option<u64>,
-    pub(crate) explain: bool,
-    /// Packets at or after this time (ns).
-    pub(crate) after: Option<u64>,
-    /// Packets before this time (ns).
-    pub(crate) before: Option<u64>,
-    /// Answer from the undamaged segments when some are damaged (with a warning and exit status 3).
-    pub(crate) skip_damaged: bool,
-}
-
-/// `pcaptool query DIR FILTER` (or `--flow ID`): the store's packets the filter matches, in the original order.
-pub(crate) fn query(dir: &Path, filter: Option<&Filter>, o: &QueryOpts<'_>) -> anyhow::Result<ExitCode> {
-    let QueryOpts { flow, write, count, limit, explain, after, before, skip_damaged } = *o;
-    let store = open_store(dir, skip_damaged)?;
-    let metas = store.metas();
-    if metas.is_empty() {
-        bail!("the store {} holds no packets: import traces with `pcaptool import`", dir.display())
-    }
-    let mut need = filter.map_or(Need::All, necessary);
-    if after.is_some() || before.is_some() {
-        let window = Pred::range(
-            Field::Time,
-            u128::from(after.unwrap_or(0)),
-            before.map_or(u128::from(u64::MAX), |b| u128::from(b.saturating_sub(1))),
-        );
-        need = Need::and(vec![need, Need::Pred(window)]);
-    }
-    if explain {
-        let mut passed = 0;
-        let (mut flows, mut no_flow, mut bytes) = (0u64, 0u64, 0u64);
-        for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
-            passed += 1;
-            let entries = seg.stage2().and_then(|s2| s2.candidates(&need)).map_err(|e| read_error(dir, e))?;
-            for e in entries.iter().filter(|e| e.packets > 0) {
-                if e.is_no_flow() {
-                    no_flow += u64::from(e.packets);
-                } else {
-                    flows += 1;
-                }
-                bytes += e.data_len;
-            }
-        }
-        outln!("store:     {} ({} segments, {} packets)", dir.display(), store.segments().len(), store.packets());
-        outln!("condition: {need}");
-        outln!(
-            "stage 1:   {passed} of {} segments may hold matches (time range, Bloom filters)",
-            store.segments().len()
-        );
-        outln!(
-            "stage 2:   {flows} flows and {no_flow} packets of no flow to read, {bytes} bytes (one read each, \
-             checked against its checksums); the filter runs on their packets"
-        );
-        for d in store.damaged() {
-            outln!("damaged:   segment {} cannot be read ({d}): the query fails unless --skip-damaged", d.number);
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    // One matcher per link type and byte order (the filter must compile for each, as a scan of the traces would
-    // require); per kind of packet, its matcher, snapshot length and output interface.
-    let mut matchers: Vec<((pcaptool_packet::LinkType, bool), pcaptool_query::Matcher)> = Vec::new();
-    let mut kinds: std::collections::HashMap<pcaptool_flowstore::StoreMeta, (Option<usize>, usize, u32)> =
-        std::collections::HashMap::new();
-    for (i, (m, _)) in metas.iter().enumerate() {
-        let target = (m.linktype.base(), m.swapped);
-        let matcher = match filter {
-            Some(f) => Some(match matchers.iter().position(|x| x.0 == target) {
-                Some(at) => at,
-                None => {
-                    let c = f
-                        .compile(pcaptool_query::Target { linktype: target.0, swapped: target.1 })
-                        .map_err(|e| anyhow::anyhow!("invalid filter for link type {}: {e}", m.linktype))?;
-                    matchers.push((target, c));
-                    matchers.len() - 1
-                }
-            }),
-            None => None,
-        };
-        kinds.insert(*m, (matcher, crate::cmd::query::snap_for(m.linktype, m.snaplen), i as u32));
-    }
-    let to_stdout = write.is_some_and(|w| w.as_os_str() == "-");
-    let out_name = match write {
-        Some(w) if !to_stdout => w.display().to_string(),
-        _ => "standard output".to_string(),
-    };
-    let cannot_write = || format!("cannot write {out_name}");
-    let mut out = match write {
-        None => None,
-        Some(w) => {
-            let sink: Box<dyn Write> = if to_stdout {
-                Box::new(BufWriter::with_capacity(1 << 20, io::stdout().lock()))
-            } else {
-                Box::new(BufWriter::with_capacity(
-                    1 << 20,
-                    File::create(w).with_context(|| format!("cannot create {}", w.display()))?,
-                ))
-            };
-            // pcap when the store holds one kind of packet (what tcpdump writes); pcapng with an interface per
-            // kind otherwise.
-            Some(match &metas[..] {
-                [(m, _)] => {
-                    Out::Pcap(PcapWriter::new(sink, m.linktype, m.snaplen, m.precision).with_context(cannot_write)?)
-                }
-                _ => {
-                    let mut w = PcapNgWriter::new(sink).with_context(cannot_write)?;
-                    for (m, name) in &metas {
-                        w.add_interface(
-                            m.linktype,
-                            m.snaplen,
-                            m.precision,
-                            Some(name.as_str()).filter(|n| !n.is_empty()),
-                        )
-                        .with_context(cannot_write)?;
-                    }
-                    Out::PcapNg(w)
-                }
-            })
-        }
-    };
-    let limit = limit.unwrap_or(u64::MAX);
-    let mut matched = 0u64;
-    let mut failure: Option<anyhow::Error> = None;
-    let mut each = |q: &StoredPacket<'_>| -> bool {
-        let (ts, wirelen) = (q.ts_ns, q.wirelen);
-        if after.is_some_and(|a| ts < a) || before.is_some_and(|b| ts >= b) {
-            return true;
-        }
-        let Some(&(matcher, snap, iface)) = kinds.get(&q.meta) else { return true };
-        let data = &q.data[..q.data.len().min(snap)];
-        if matcher.is_some_and(|m| !matchers[m].1.matches(data, wirelen, ts)) {
-            return true;
-        }
-        matched += 1;
-        let written = match out.as_mut() {
-            None => Ok(()),
-            Some(Out::Pcap(w)) => w.write_packet(ts, wirelen, data),
-            Some(Out::PcapNg(w)) => w.write_packet(iface, ts, wirelen, data),
-        };
-        if let Err(e) = written {
-            failure = Some(anyhow::Error::from(e).context(cannot_write()));
-            return false;
-        }
-        matched < limit
-    };
-    let result = match flow {
-        Some(id) => store
-            .flow(id, &mut |q| {
-                each(q);
-            })
-            .map(|found| (found, None)),
-        None => store.query(&need, &mut each).map(|st| (true, Some(st))),
-    };
-    let finish = |out: Option<Out>| -> anyhow::Result<()> {
-        let sink = match out {
-            None => return Ok(()),
-            Some(Out::Pcap(w)) => w.finish(),
-            Some(Out::PcapNg(w)) => w.finish(),
-        };
-        sink.with_context(cannot_write)?.flush().with_context(cannot_write)
-    };
-    let outcome = result.map_err(|e| read_error(dir, e)).and_then(|r| match failure.take() {
-        Some(e) => Err(e),
-        None => Ok(r),
-    });
-    let (found, _stats) = match outcome {
-        Ok(r) => r,
-        Err(e) => {
-            drop(out);
-            if let Some(w) = write
-                && !to_stdout
-            {
-                let _ = std::fs::remove_file(w);
-            }
-            return Err(e);
-        }
-    };
-    finish(out)?;
-    if !found {
-        if let Some(w) = write
-            && !to_stdout
-        {
-            let _ = std::fs::remove_file(w);
-        }
-        bail!(
-            "the store {} has no flow {}: `pcaptool flows {}` lists them",
-            dir.display(),
-            flow.unwrap_or(0),
-            dir.display()
-        );
-    }
-    if count {
-        if to_stdout { eprintln!("{matched}") } else { outln!("{matched}") }
-    }
-    Ok(warn_skipped(&store))
 }
 
 /// Arguments of `pcaptool flows`.

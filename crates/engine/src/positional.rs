@@ -1,0 +1,137 @@
+//! A pcap output written at offsets computed in advance, by every thread at once (pcapWT's parallel extraction),
+//! and the arenas that carry records to it.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use pcaptool_packet::{Interface, OutputFormat, Record, TraceWriter, TsPrecision, WriteError, pcap_record_header};
+use rayon::prelude::*;
+
+use crate::SinkError;
+
+/// A pcap file whose records are placed by offset: each wave of matches is sized first, then every part is
+/// encoded and written at its place by its own thread. The bytes are those [`TraceWriter`] writes.
+#[derive(Debug)]
+pub struct Positional {
+    file: File,
+    /// The output's name in errors.
+    name: String,
+    precision: TsPrecision,
+    /// Where the next record goes.
+    next: u64,
+}
+
+impl Positional {
+    /// Writes the file header, the one [`TraceWriter`] writes for a trace of these interfaces.
+    pub fn start(file: File, name: &str, precision: TsPrecision, ifaces: &[Interface]) -> Result<Positional, SinkError> {
+        let error = |source| SinkError::Write { to: name.to_string(), source };
+        let header = TraceWriter::new(Vec::new(), OutputFormat::Pcap(precision)).and_then(|w| w.finish(ifaces));
+        let header = header.map_err(error)?;
+        file.write_all_at(&header, 0).map_err(|e| error(WriteError::Io(e)))?;
+        Ok(Positional { file, name: name.to_string(), precision, next: header.len() as u64 })
+    }
+
+    fn error(&self, source: WriteError) -> SinkError {
+        SinkError::Write { to: self.name.clone(), source }
+    }
+
+    /// Ends the file where the last record ends (a file that was longer is cut).
+    pub fn finish(self) -> io::Result<()> {
+        let is_file = self.file.metadata()?.is_file();
+        if is_file { self.file.set_len(self.next) } else { Ok(()) }
+    }
+
+    /// Writes headed arenas (see [`Arena`]) one after another, each in one write by its own thread.
+    pub(crate) fn write_arenas(&mut self, arenas: &mut [Arena]) -> Result<(), SinkError> {
+        let mut starts = Vec::with_capacity(arenas.len());
+        for a in arenas.iter() {
+            starts.push(self.next);
+            self.next += a.data.len() as u64;
+        }
+        let file = &self.file;
+        let precision = self.precision;
+        arenas.par_iter_mut().zip(starts).try_for_each(|(a, at)| -> Result<(), WriteError> {
+            debug_assert!(a.headed, "an arena without room for its records' headers");
+            for (m, r) in &a.records {
+                let h = pcap_record_header(precision, m.ts_ns, m.wirelen, r.len())?;
+                a.data[r.start - 16..r.start].copy_from_slice(&h);
+            }
+            file.write_all_at(&a.data, at)?;
+            Ok(())
+        })
+        .map_err(|e| self.error(e))
+    }
+
+    /// Writes consecutive lists of records, each list by its own thread.
+    pub(crate) fn write(&mut self, lists: &[Vec<Record<'_>>]) -> Result<(), SinkError> {
+        let mut starts = Vec::with_capacity(lists.len());
+        for l in lists {
+            starts.push(self.next);
+            self.next += l.iter().map(|r| 16 + r.data.len() as u64).sum::<u64>();
+        }
+        let file = &self.file;
+        let precision = self.precision;
+        lists.par_iter().zip(starts).try_for_each(|(l, mut at)| -> Result<(), WriteError> {
+            let mut buf = Vec::with_capacity(1 << 20);
+            for r in l {
+                buf.extend_from_slice(&pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?);
+                buf.extend_from_slice(r.data);
+                if buf.len() >= 1 << 20 {
+                    file.write_all_at(&buf, at)?;
+                    at += buf.len() as u64;
+                    buf.clear();
+                }
+            }
+            file.write_all_at(&buf, at)?;
+            Ok(())
+        })
+        .map_err(|e| self.error(e))
+    }
+}
+
+/// Records copied out of a reused read buffer, kept until they are written. For a [`Positional`] output each
+/// record's data follows 16 bytes left for its pcap record header, so that the arena's bytes become the output's
+/// bytes in place and go out in one write (a second buffer would cost a copy and its fresh pages).
+pub(crate) struct Arena {
+    data: Vec<u8>,
+    records: Vec<(Record<'static>, std::ops::Range<usize>)>,
+    /// Whether each record has room for its header before it.
+    headed: bool,
+}
+
+impl Arena {
+    pub(crate) fn new(headed: bool) -> Arena {
+        Arena { data: Vec::new(), records: Vec::new(), headed }
+    }
+
+    pub(crate) fn push(&mut self, rec: &Record<'_>) {
+        if self.headed {
+            self.data.extend_from_slice(&[0; 16]);
+        }
+        let start = self.data.len();
+        self.data.extend_from_slice(rec.data);
+        let meta = Record {
+            ts_ns: rec.ts_ns,
+            has_ts: rec.has_ts,
+            wirelen: rec.wirelen,
+            iface: rec.iface,
+            linktype: rec.linktype,
+            offset: rec.offset,
+            record_len: rec.record_len,
+            data: &[],
+        };
+        self.records.push((meta, start..self.data.len()));
+    }
+
+    /// Keeps the first `n` records; returns how many it holds.
+    pub(crate) fn truncate(&mut self, n: usize) -> usize {
+        self.records.truncate(n);
+        self.data.truncate(self.records.last().map_or(0, |(_, r)| r.end));
+        self.records.len()
+    }
+
+    pub(crate) fn records(&self) -> Vec<Record<'_>> {
+        self.records.iter().map(|(m, r)| Record { data: &self.data[r.clone()], ..*m }).collect()
+    }
+}

@@ -1,0 +1,164 @@
+//! One source type over every kind of packet collection.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::plan::Plan;
+use crate::store::StoreSource;
+use crate::trace::TraceSource;
+use crate::{Error, Outcome, Progress, Request, Sink};
+
+/// The kind of a [`Source`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SourceKind {
+    /// A pcap or pcapng trace (possibly compressed, or a stream) without an index.
+    Trace,
+    /// A trace with its index (`TRACE.ptidx`).
+    IndexedTrace,
+    /// A flow store directory.
+    Store,
+}
+
+/// How to open a source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// Use a trace's index when it has one (default true; false scans and does not check the index).
+    pub use_index: bool,
+    /// Answer from a store's undamaged segments when some are damaged (the skipped ones are reported in
+    /// [`Outcome::skipped`]); by default a damaged segment fails the answer.
+    pub skip_damaged: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions { use_index: true, skip_damaged: false }
+    }
+}
+
+impl OpenOptions {
+    /// The defaults: use the index, fail on damage.
+    pub fn new() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    /// Whether to use a trace's index.
+    pub fn use_index(mut self, yes: bool) -> OpenOptions {
+        self.use_index = yes;
+        self
+    }
+
+    /// Whether to skip a store's damaged segments.
+    pub fn skip_damaged(mut self, yes: bool) -> OpenOptions {
+        self.skip_damaged = yes;
+        self
+    }
+}
+
+/// A collection of packets to ask: a trace (with its index, when it has one) or a flow store.
+///
+/// Opening does the once-per-source work (a trace's header and index, a store's segment list); every
+/// [`plan`](Source::plan) and [`run`](Source::run) after reuses it, so a long-running program keeps sources
+/// open between requests.
+#[derive(Debug)]
+pub struct Source {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Trace(Box<TraceSource>),
+    Store(StoreSource),
+}
+
+impl Source {
+    /// Opens `path` with the default options: a directory is a flow store, `-` standard input, anything else a
+    /// trace file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Source, Error> {
+        Source::open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens `path` with `opts`.
+    pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Source, Error> {
+        let path = path.as_ref();
+        let inner = if path.is_dir() {
+            Inner::Store(StoreSource::open(path, opts.skip_damaged)?)
+        } else {
+            Inner::Trace(Box::new(TraceSource::open(path, opts.use_index)?))
+        };
+        Ok(Source { inner })
+    }
+
+    /// What it is.
+    pub fn kind(&self) -> SourceKind {
+        match &self.inner {
+            Inner::Trace(t) => t.kind(),
+            Inner::Store(_) => SourceKind::Store,
+        }
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        match &self.inner {
+            Inner::Trace(t) => t.path(),
+            Inner::Store(s) => s.store().dir(),
+        }
+    }
+
+    /// The flow store, if this is one (for what only a store has: flows, segments, damage).
+    pub fn store(&self) -> Option<&pcaptool_flowstore::Store> {
+        match &self.inner {
+            Inner::Store(s) => Some(s.store()),
+            Inner::Trace(_) => None,
+        }
+    }
+
+    /// The trace's index, if this is an indexed trace.
+    pub fn index(&self) -> Option<&pcaptool_index::IndexFile> {
+        match &self.inner {
+            Inner::Trace(t) => t.index_file(),
+            Inner::Store(_) => None,
+        }
+    }
+
+    /// How `req` would be answered, without reading packets.
+    pub fn plan(&self, req: &Request) -> Result<Plan, Error> {
+        match &self.inner {
+            Inner::Trace(t) => t.plan(req),
+            Inner::Store(s) => s.plan(req),
+        }
+    }
+
+    /// Answers `req`, giving the matches to `sink` in the source's order.
+    pub fn run(&self, req: &Request, sink: &mut dyn Sink) -> Result<Outcome, Error> {
+        self.run_with_progress(req, sink, &())
+    }
+
+    /// [`Source::run`], telling `progress` how far it has come.
+    pub fn run_with_progress(
+        &self,
+        req: &Request,
+        sink: &mut dyn Sink,
+        progress: &dyn Progress,
+    ) -> Result<Outcome, Error> {
+        let result = match &self.inner {
+            Inner::Trace(t) => t.run(req, sink, progress),
+            Inner::Store(s) => s.run(req, sink),
+        };
+        if result.is_err() {
+            // Whatever failed (the filter for a link type met on the way, a read, the output), the sink removes
+            // what it wrote: no partial answer looks like a whole one.
+            sink.abandon();
+        }
+        result
+    }
+
+    /// The number of packets `req` selects.
+    pub fn count(&self, req: &Request) -> Result<u64, Error> {
+        let req = req.clone().count_only(true);
+        Ok(self.run(&req, &mut crate::Counter::default())?.matched)
+    }
+}

@@ -1,0 +1,317 @@
+//! Answers through a trace's index: counting from it, or reading only the packets it selects (in parallel, piece
+//! by piece). Matches are given in trace order, the same bytes as a scan's.
+
+use std::fs::File;
+
+use pcaptool_index::{IndexView, Selection};
+use pcaptool_packet::{Interface, PacketFields, Record, Seeker, TraceReader};
+use pcaptool_query::Filter;
+use rayon::prelude::*;
+
+use super::{Run, index_error, snapshot};
+use crate::matchers::cut;
+use crate::plan::Strategy;
+use crate::positional::Arena;
+use crate::{Error, Mismatch, Outcome};
+
+thread_local! {
+    /// A thread's buffer for reading the trace's blocks with `pread` ([`IndexView::read_packets_at`]).
+    static WINDOW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Run<'_, '_> {
+    /// Answers over an indexed trace, as [`TraceSource::choose`](super::TraceSource) decides.
+    pub(super) fn execute(
+        &mut self,
+        filter: &Filter,
+        reader: &mut TraceReader,
+        view: &IndexView<'_>,
+    ) -> Result<Outcome, Error> {
+        let choice = self.source.choose(self.req, filter, view)?;
+        match (choice.strategy, &choice.qplan.index, &choice.selection) {
+            (Strategy::IndexCount, Some(part), _) => {
+                let (sure, undecided) = view.count(part).map_err(|e| index_error(view, e))?;
+                let mut s = self.indexed(reader, view, &undecided)?;
+                s.matched = (s.matched + sure).min(self.limit());
+                s.counted_from_index = Some(sure);
+                Ok(s)
+            }
+            (Strategy::Index, _, Some(sel)) => self.indexed(reader, view, sel),
+            _ => self.scan(reader),
+        }
+    }
+
+    /// Whether the sink writes at offsets computed in advance: a mapped, uncompressed trace of one interface
+    /// without FCS bits, and a sink that can.
+    fn positional(&mut self, reader: &TraceReader, view: &IndexView<'_>) -> Result<bool, Error> {
+        let ifaces = reader.interfaces();
+        if self.req.count_only
+            || reader.as_bytes().is_none()
+            || view.file().compressed()
+            || ifaces.len() != 1
+            || ifaces[0].fcs_len.is_some()
+        {
+            return Ok(false);
+        }
+        Ok(self.sink.positional(ifaces)?.is_some())
+    }
+
+    /// Gives the matches of consecutive lists, in order, up to the limit in all (counted in `stats`); true when
+    /// the answer is complete (the limit reached, or the sink stopped it).
+    fn emit(
+        &mut self,
+        mut lists: Vec<Vec<Record<'_>>>,
+        positional: bool,
+        ifaces: &[Interface],
+        stats: &mut Outcome,
+    ) -> Result<bool, Error> {
+        let done = keep_first(&mut lists, self.limit(), stats, |l, n| {
+            l.truncate(n);
+            l.len()
+        });
+        if positional {
+            if let Some(p) = self.sink.positional(ifaces)? {
+                p.write(&lists)?;
+            }
+            return Ok(done);
+        }
+        if self.req.count_only {
+            return Ok(done);
+        }
+        let total: u64 = lists.iter().map(|l| l.len() as u64).sum();
+        for (given, rec) in lists.iter().flatten().enumerate() {
+            if !self.sink.record(rec, ifaces)? {
+                stats.matched -= total - given as u64 - 1;
+                stats.stopped = true;
+                return Ok(true);
+            }
+        }
+        Ok(done)
+    }
+
+    /// [`Run::emit`] for arenas: those of a positional output are written as they are, with their headers
+    /// filled in.
+    fn emit_arenas(
+        &mut self,
+        mut arenas: Vec<Arena>,
+        positional: bool,
+        ifaces: &[Interface],
+        stats: &mut Outcome,
+    ) -> Result<bool, Error> {
+        if !positional {
+            let lists = arenas.iter().map(Arena::records).collect();
+            return self.emit(lists, false, ifaces, stats);
+        }
+        let done = keep_first(&mut arenas, self.limit(), stats, Arena::truncate);
+        if let Some(p) = self.sink.positional(ifaces)? {
+            p.write_arenas(&mut arenas)?;
+        }
+        Ok(done)
+    }
+
+    /// A reader of the records of the mapped trace `bytes` at the offsets the index gives, with the filter
+    /// compiled for every link type of the trace.
+    fn seeker(&mut self, bytes: &[u8], view: &IndexView<'_>) -> Result<Seeker, Error> {
+        let trace = &self.source.path;
+        let seeker = Seeker::new(bytes, view.file().structure())
+            .map_err(|e| Error::IndexMismatch {
+                index: view.file().path().to_path_buf(),
+                trace: trace.clone(),
+                mismatch: Mismatch::Structure(e.to_string()),
+            })?
+            .with_path(trace);
+        for i in seeker.interfaces() {
+            self.matchers.get(i.linktype, self.source.swapped)?;
+        }
+        Ok(seeker)
+    }
+
+    /// The damage the index says ended the trace, read again from the trace (an index claiming damage the trace
+    /// does not have is refused).
+    fn index_damage(
+        &self,
+        view: &IndexView<'_>,
+        bytes: &[u8],
+        seeker: &Seeker,
+    ) -> Result<Option<pcaptool_packet::TraceError>, Error> {
+        let file = view.file();
+        let Some(offset) = file.damage() else { return Ok(None) };
+        match seeker.next_record_at(bytes, offset) {
+            Err(e) => Ok(Some(e)),
+            Ok(_) => Err(Error::IndexMismatch {
+                index: file.path().to_path_buf(),
+                trace: self.source.path.clone(),
+                mismatch: Mismatch::NoDamage { offset },
+            }),
+        }
+    }
+
+    /// Reads the packets the index selected and gives those the filter matches, in trace order.
+    fn indexed(&mut self, reader: &mut TraceReader, view: &IndexView<'_>, sel: &Selection) -> Result<Outcome, Error> {
+        let limit = self.limit();
+        let snap = snapshot(reader.interfaces());
+        let positional = self.positional(reader, view)?;
+        let mut stats = Outcome { packets: view.packets(), candidates: Some(sel.count()), ..Outcome::default() };
+        let trace = self.source.path.clone();
+        if let Some(bytes) = reader.as_bytes() {
+            // Few candidates over a large trace are read with `pread` from their blocks' first records (a read of
+            // a few KiB costs less than a page fault of the mapping, measured on the needle benchmark); many are
+            // read through the mapping.
+            let sparse = view.blocks_to_read(sel).saturating_mul(8) < view.blocks();
+            let trace_file = match sparse {
+                true => Some(File::open(&trace).map_err(|source| Error::Io { path: trace.clone(), source })?),
+                false => None,
+            };
+            let seeker = self.seeker(bytes, view)?;
+            // The candidates in pieces of at most PIECE packets, read in parallel in waves of a bounded number of
+            // packets (so that memory holds a few pieces' matches) and given in order: pieces, not whole chunks,
+            // so that both threads have work when one chunk holds most candidates.
+            const PIECE: usize = 512;
+            let pieces: Vec<(usize, &[u32])> =
+                sel.chunks.iter().flat_map(|(ci, positions)| positions.chunks(PIECE).map(move |p| (*ci, p))).collect();
+            let per_wave = (rayon::current_num_threads().max(1) * 64).max(1);
+            let req = self.req;
+            for wave in pieces.chunks(per_wave) {
+                let done = if let Some(tf) = &trace_file {
+                    let arenas = {
+                        let decide = self.matchers.decider();
+                        let keep = |rec: &Record<'_>| req.in_window(rec.ts_ns) && decide(rec);
+                        wave
+                        .par_iter()
+                        .map(|(ci, positions)| {
+                            let mut arena = Arena::new(positional);
+                            let mut read = |window: &mut Vec<u8>| {
+                                view.read_packets_at(tf, &seeker, &trace, *ci, positions, window, &mut |_, rec| {
+                                    let rec = cut(rec, snap);
+                                    if keep(&rec) {
+                                        arena.push(&rec);
+                                    }
+                                    Ok(())
+                                })
+                            };
+                            // Each thread keeps its read buffer from piece to piece (fresh pages cost more than the
+                            // reads they would hold); a fresh one should the thread's be in use already.
+                            WINDOW.with(|w| match w.try_borrow_mut() {
+                                Ok(mut window) => read(&mut window),
+                                Err(_) => read(&mut Vec::new()),
+                            })?;
+                            Ok(arena)
+                        })
+                        .collect::<Result<Vec<Arena>, pcaptool_index::IndexError>>()
+                        .map_err(|e| index_error(view, e))?
+                    };
+                    self.emit_arenas(arenas, positional, seeker.interfaces(), &mut stats)?
+                } else {
+                    let lists = {
+                        let decide = self.matchers.decider();
+                        let keep = |rec: &Record<'_>| req.in_window(rec.ts_ns) && decide(rec);
+                        wave
+                        .par_iter()
+                        .map(|(ci, positions)| {
+                            let mut hits = Vec::new();
+                            view.read_packets(bytes, &seeker, &trace, *ci, positions, &mut |_, rec| {
+                                let rec = cut(rec, snap);
+                                if keep(&rec) {
+                                    hits.push(rec);
+                                }
+                                Ok(())
+                            })?;
+                            Ok(hits)
+                        })
+                        .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
+                        .map_err(|e| index_error(view, e))?
+                    };
+                    self.emit(lists, positional, seeker.interfaces(), &mut stats)?
+                };
+                if done {
+                    break;
+                }
+            }
+            if stats.matched < limit && !stats.stopped {
+                stats.damage = self.index_damage(view, bytes, &seeker)?;
+            }
+            return Ok(stats);
+        }
+        self.indexed_stream(reader, view, sel, stats)
+    }
+
+    /// A compressed trace: stream it, and run the filter on the selected packets only.
+    fn indexed_stream(
+        &mut self,
+        reader: &mut TraceReader,
+        view: &IndexView<'_>,
+        sel: &Selection,
+        mut stats: Outcome,
+    ) -> Result<Outcome, Error> {
+        let limit = self.limit();
+        let snap = snapshot(reader.interfaces());
+        let file = view.file();
+        let mismatch = |mismatch| Error::IndexMismatch {
+            index: file.path().to_path_buf(),
+            trace: self.source.path.clone(),
+            mismatch,
+        };
+        let mut wanted = sel.chunks.iter().flat_map(|(ci, v)| {
+            let first = view.chunks()[*ci].first_packet();
+            v.iter().map(move |&i| (*ci, i as usize, first + u64::from(i)))
+        });
+        let mut next = wanted.next();
+        let mut at = 0u64;
+        while next.is_some() || file.damage().is_some() {
+            let (rec, ifaces) = match reader.next_with_interfaces() {
+                None => break,
+                Some(Err(e)) => {
+                    stats.damage = Some(e);
+                    break;
+                }
+                Some(Ok((rec, ifaces))) => (cut(rec, snap), ifaces),
+            };
+            if let Some((ci, i, global)) = next
+                && global == at
+            {
+                let fields = PacketFields::new(rec.linktype, rec.data, rec.wirelen, rec.ts_ns);
+                if !view.is_packet(ci, i, &fields, rec.wirelen, rec.ts_ns).map_err(|e| index_error(view, e))? {
+                    return Err(mismatch(Mismatch::Packet { at }));
+                }
+                next = wanted.next();
+                let hit = self.req.in_window(rec.ts_ns)
+                    && self.matchers.get(rec.linktype, self.source.swapped)?.matches(rec.data, rec.wirelen, rec.ts_ns);
+                if hit && stats.matched < limit {
+                    stats.matched += 1;
+                    if !self.req.count_only && !self.sink.record(&rec, ifaces)? {
+                        stats.stopped = true;
+                        break;
+                    }
+                    if stats.matched >= limit {
+                        break;
+                    }
+                }
+            }
+            at += 1;
+        }
+        if let Some((_, _, described)) = next
+            && stats.damage.is_none()
+            && stats.matched < limit
+            && !stats.stopped
+        {
+            return Err(mismatch(Mismatch::Ends { described, packets: at }));
+        }
+        Ok(stats)
+    }
+}
+
+/// Cuts consecutive lists of matches to `limit` matches in all, counted in `stats` (`keep` keeps a list's first
+/// `n` and says how many it holds); true when the limit is reached.
+fn keep_first<T>(
+    lists: &mut [T],
+    limit: u64,
+    stats: &mut Outcome,
+    mut keep: impl FnMut(&mut T, usize) -> usize,
+) -> bool {
+    let mut left = limit - stats.matched;
+    for l in lists {
+        left -= keep(l, usize::try_from(left).unwrap_or(usize::MAX)) as u64;
+    }
+    stats.matched = limit - left;
+    left == 0
+}
