@@ -59,6 +59,15 @@ pub enum Error {
         #[source]
         source: pcaptool_index::IndexError,
     },
+    /// Building a trace's index failed.
+    #[error("cannot build the index {}", path.display())]
+    IndexBuild {
+        /// The index file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: pcaptool_index::IndexError,
+    },
     /// The index says something the trace contradicts.
     #[error(
         "{} does not describe {} as it is now ({mismatch}); rebuild it with `pcaptool index`",

@@ -35,8 +35,7 @@
 //! std::fs::create_dir_all(&dir)?;
 //! let trace = dir.join("t.pcap");
 //! std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/tunnels.pcap"), &trace)?;
-//! let index = pcaptool_index::sidecar_path(&trace);
-//! pcaptool_index::build(&trace, &index, &pcaptool_index::BuildOptions::default(), &|_| ())?;
+//! pcaptool_engine::index_trace(&trace, None, &|_| ())?; // writes t.pcap.ptidx, as `pcaptool index` does
 //!
 //! let source = Source::open(&trace)?;
 //! assert_eq!(source.kind(), SourceKind::IndexedTrace);
@@ -100,3 +99,4 @@ pub use sink::{
     compression_for_name, container_for_name,
 };
 pub use source::{OpenOptions, Source, SourceKind};
+pub use trace::index_trace;

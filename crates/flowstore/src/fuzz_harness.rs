@@ -15,7 +15,8 @@ use std::sync::OnceLock;
 
 use pcaptool_packet::{Field, LinkType, Need, PcapWriter, Pred, TsPrecision};
 
-use crate::segment::{Segment, segment_paths};
+use crate::format::segment_paths;
+use crate::segment::Segment;
 use crate::{ImportOptions, Store};
 
 struct Fixture {

@@ -5,7 +5,9 @@ use pcaptool_packet::LinkType;
 
 use crate::error::StoreError;
 use crate::flow::{FlowPacket, FlowTracker, PacketFlow, SlotCache, read_flow};
-use crate::segment::{PacketIn, Segment, SegmentWriter, Spare, segment_paths};
+use crate::format::segment_paths;
+use crate::segment::Segment;
+use crate::writer::{PacketIn, SegmentWriter, Spare};
 use crate::stage1::{SourceMark, StoreMeta};
 use crate::store::{ImportOptions, Store};
 

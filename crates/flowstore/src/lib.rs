@@ -41,6 +41,7 @@ mod codec;
 mod dataout;
 mod error;
 pub mod flow;
+mod format;
 /// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
 #[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
@@ -54,6 +55,7 @@ mod stage1;
 mod stage2;
 mod store;
 mod sums;
+mod writer;
 
 pub use bloom::Bloom;
 pub use error::{LockHolder, StoreError};

@@ -115,7 +115,7 @@ impl Store {
         for d in self.damaged() {
             report.segments.push(SegmentCheck {
                 number: d.number,
-                data: crate::segment::segment_paths(self.dir(), d.number).0,
+                data: crate::format::segment_paths(self.dir(), d.number).0,
                 packets: 0,
                 bytes: 0,
                 checksummed: false,
@@ -140,7 +140,7 @@ impl Store {
         let q = self.dir().join(QUARANTINE);
         std::fs::create_dir_all(&q).map_err(|e| StoreError::io(&q, e))?;
         for d in &damaged {
-            let (data, index) = crate::segment::segment_paths(self.dir(), d.number);
+            let (data, index) = crate::format::segment_paths(self.dir(), d.number);
             // The index first: without it, what is left is out of the store.
             for p in [&index, &data] {
                 move_into(p, &q)?;

@@ -18,7 +18,7 @@ use pcaptool_packet::{Field, FlowKey, IpProto, MappedFile, Need, Pred};
 use crate::codec::{Rd, get_varint, put_varint};
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
-use crate::segment::{ip_of, no_flow, v4_key, v6_key};
+use crate::format::{ip_of, no_flow, v4_key, v6_key};
 use crate::stage1::need_may;
 
 /// Flow entries per block of the flow table.

@@ -16,7 +16,8 @@ use crate::error::StoreError;
 use crate::flow::Flow;
 use crate::ingest::Ingest;
 use crate::lock::{LOCK_FILE, WriterLock};
-use crate::segment::{Record, Segment, StoredPacket, segment_paths};
+use crate::format::segment_paths;
+use crate::segment::{Record, Segment, StoredPacket};
 use crate::stage1::StoreMeta;
 use crate::sums::Checked;
 

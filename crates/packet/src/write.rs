@@ -312,7 +312,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Flushes and returns the inner writer; an empty pcap gets its header from `ifaces` (or Ethernet), an
-    /// empty pcapng its interfaces (every reader refuses a pcapng without one, as libpcap does).
+    /// empty pcapng the first of them (libpcap refuses a pcapng without an interface).
     pub fn finish(self, ifaces: &[Interface]) -> Result<W, WriteError> {
         match self.inner {
             Inner::PendingPcap(w, p) => {
@@ -331,7 +331,9 @@ impl<W: Write> TraceWriter<W> {
                         }
                         _ => {
                             let mut tw = TraceWriter { inner: Inner::PcapNg(w, forced), snaplen: self.snaplen };
-                            tw.declare(ifaces)?;
+                            // The first interface only: libpcap refuses a pcapng whose interfaces differ in
+                            // link type, and no packet needs the others.
+                            tw.declare(&ifaces[..1])?;
                             let Inner::PcapNg(done, _) = tw.inner else { unreachable!("declared into pcapng") };
                             return done.finish();
                         }

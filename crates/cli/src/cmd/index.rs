@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use pcaptool_index::{BuildOptions, PAGE, build, sidecar_path};
-use pcaptool_packet::TraceReader;
+use pcaptool_index::{PAGE, sidecar_path};
 
 use crate::progress;
 
@@ -37,16 +36,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut code = ExitCode::SUCCESS;
     for trace in &args.traces {
-        let mut reader = TraceReader::open(trace).with_context(|| format!("cannot open {}", trace.display()))?;
-        reader.read_header()?;
-        let snap = pcaptool_engine::snapshot(reader.interfaces());
-        drop(reader);
         let out = sidecar_path(trace);
         let total = std::fs::metadata(trace).ok().map(|m| m.len());
         let pb = progress::bytes(total, "index");
         let started = Instant::now();
-        let opts = BuildOptions { chunk_packets: args.chunk_packets, snap: u32::try_from(snap).unwrap_or(u32::MAX) };
-        let stats = build(trace, &out, &opts, &|at| pb.set_position(at))
+        let stats = pcaptool_engine::index_trace(trace, Some(args.chunk_packets), &|at| pb.set_position(at))
             .with_context(|| format!("cannot index {}", trace.display()))?;
         pb.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();

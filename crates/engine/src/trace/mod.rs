@@ -434,3 +434,22 @@ impl Run<'_, '_> {
         Ok(stats)
     }
 }
+
+/// Builds `trace`'s index beside it (`TRACE.ptidx`), as `pcaptool index` does: for the bytes of each packet a
+/// query will see (the trace's snapshot length, as libpcap cuts), in chunks of `chunk_packets` packets (`None`:
+/// the default). The trace's damage, if any, is in the statistics; the packets before it are indexed.
+pub fn index_trace(
+    trace: &Path,
+    chunk_packets: Option<u32>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<pcaptool_index::BuildStats, Error> {
+    let open_error = |source| Error::Open { path: trace.to_path_buf(), source };
+    let mut reader = TraceReader::open(trace).map_err(open_error)?;
+    reader.read_header().map_err(open_error)?;
+    let snap = u32::try_from(snapshot(reader.interfaces())).unwrap_or(u32::MAX);
+    drop(reader);
+    let defaults = pcaptool_index::BuildOptions::default();
+    let opts = pcaptool_index::BuildOptions { chunk_packets: chunk_packets.unwrap_or(defaults.chunk_packets), snap };
+    let index = sidecar_path(trace);
+    pcaptool_index::build(trace, &index, &opts, progress).map_err(|source| Error::IndexBuild { path: index, source })
+}
