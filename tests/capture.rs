@@ -12,9 +12,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use pcaptool_packet::{LinkType, PcapWriter, TraceReader, TsPrecision};
-use pcaptool_tests::{TempDir, corpus_dir, pcaptool_bin, repo_root, tool};
 use pcaptool_tests::netns::Pair;
 use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, corpus_dir, pcaptool_bin, repo_root, tool};
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")

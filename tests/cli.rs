@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use pcaptool_packet::TraceReader;
+use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
 use serde_json::Value;
-use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn testdata(name: &str) -> PathBuf {
     repo_root().join("testdata").join(name)

@@ -138,7 +138,12 @@ fn store_answers_are_pcap_for_one_link_type_and_pcapng_for_several() {
     if let Some(tcpdump) = tool("tcpdump") {
         let o = Command::new("bash")
             .arg("-c")
-            .arg(format!("{} query {} tcp -w - | {} -nr - | wc -l", pcaptool_bin().display(), p(&store), tcpdump.display()))
+            .arg(format!(
+                "{} query {} tcp -w - | {} -nr - | wc -l",
+                pcaptool_bin().display(),
+                p(&store),
+                tcpdump.display()
+            ))
             .output()
             .unwrap();
         let lines: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();

@@ -11,8 +11,8 @@ use std::process::{Command, Output};
 use pcaptool_index::{BuildOptions, IndexFile, build};
 use pcaptool_packet::{Compression, Compressor, FileFormat, LinkType, TraceReader};
 use pcaptool_query::{Filter, Target, plan};
-use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
 use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
 
 fn table() -> Vec<String> {
     pcaptool_tests::filter_table()

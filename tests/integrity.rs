@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
 use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
 
 fn pcaptool(args: &[&str]) -> Output {
     Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use pcaptool_packet::{FileFormat, TraceReader, TsPrecision};
+use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
 use serde_json::Value;
-use pcaptool_tests::tracegen::{GenOptions, generate};
 
 fn pcaptool(args: &[&str]) -> Output {
     Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")

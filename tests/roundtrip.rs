@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pcaptool_packet::{FileFormat, TraceReader};
-use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, tool};
 use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, tool};
 
 /// (ts_ns, wirelen, data) of every record, and the damage that ended reading, if any.
 fn records(path: &Path) -> Recs {

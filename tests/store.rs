@@ -8,8 +8,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use pcaptool_packet::TraceReader;
-use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
 use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
 
 fn pcaptool(args: &[&str]) -> Output {
     Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")

@@ -22,13 +22,21 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
     }
     if let Some(ix) = &plan.index {
         outln!("index:     {} ({} packets in {} chunks, {} bytes)", ix.path, ix.packets, ix.chunks, ix.bytes);
-        if let (Some(touched), Some(candidates), Some(bytes)) = (ix.chunks_touched, ix.candidates, ix.trace_bytes_to_read)
+        if let (Some(touched), Some(candidates), Some(bytes)) =
+            (ix.chunks_touched, ix.candidates, ix.trace_bytes_to_read)
         {
-            outln!("reads:     {candidates} candidate packets in {touched} of {} chunks, {bytes} bytes of the trace", ix.chunks);
+            outln!(
+                "reads:     {candidates} candidate packets in {touched} of {} chunks, {bytes} bytes of the trace",
+                ix.chunks
+            );
         }
     }
     if let Some(s) = &plan.store {
-        outln!("stage 1:   {} of {} segments may hold matches (time range, Bloom filters)", s.stage1_passed, s.segments);
+        outln!(
+            "stage 1:   {} of {} segments may hold matches (time range, Bloom filters)",
+            s.stage1_passed,
+            s.segments
+        );
         outln!(
             "stage 2:   {} flows and {} packets of no flow to read, {} bytes (one read each, checked against its \
              checksums); the filter runs on their packets",
@@ -37,7 +45,11 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
             s.bytes_to_read
         );
         for d in &s.damaged {
-            outln!("damaged:   segment {} cannot be read ({}): the query fails unless --skip-damaged", d.segment, d.why);
+            outln!(
+                "damaged:   segment {} cannot be read ({}): the query fails unless --skip-damaged",
+                d.segment,
+                d.why
+            );
         }
     }
     for lt in &plan.link_types {

@@ -24,7 +24,12 @@ pub struct Positional {
 
 impl Positional {
     /// Writes the file header, the one [`TraceWriter`] writes for a trace of these interfaces.
-    pub fn start(file: File, name: &str, precision: TsPrecision, ifaces: &[Interface]) -> Result<Positional, SinkError> {
+    pub fn start(
+        file: File,
+        name: &str,
+        precision: TsPrecision,
+        ifaces: &[Interface],
+    ) -> Result<Positional, SinkError> {
         let error = |source| SinkError::Write { to: name.to_string(), source };
         let header = TraceWriter::new(Vec::new(), OutputFormat::Pcap(precision)).and_then(|w| w.finish(ifaces));
         let header = header.map_err(error)?;
@@ -51,16 +56,19 @@ impl Positional {
         }
         let file = &self.file;
         let precision = self.precision;
-        arenas.par_iter_mut().zip(starts).try_for_each(|(a, at)| -> Result<(), WriteError> {
-            debug_assert!(a.headed, "an arena without room for its records' headers");
-            for (m, r) in &a.records {
-                let h = pcap_record_header(precision, m.ts_ns, m.wirelen, r.len())?;
-                a.data[r.start - 16..r.start].copy_from_slice(&h);
-            }
-            file.write_all_at(&a.data, at)?;
-            Ok(())
-        })
-        .map_err(|e| self.error(e))
+        arenas
+            .par_iter_mut()
+            .zip(starts)
+            .try_for_each(|(a, at)| -> Result<(), WriteError> {
+                debug_assert!(a.headed, "an arena without room for its records' headers");
+                for (m, r) in &a.records {
+                    let h = pcap_record_header(precision, m.ts_ns, m.wirelen, r.len())?;
+                    a.data[r.start - 16..r.start].copy_from_slice(&h);
+                }
+                file.write_all_at(&a.data, at)?;
+                Ok(())
+            })
+            .map_err(|e| self.error(e))
     }
 
     /// Writes consecutive lists of records, each list by its own thread.
@@ -72,21 +80,24 @@ impl Positional {
         }
         let file = &self.file;
         let precision = self.precision;
-        lists.par_iter().zip(starts).try_for_each(|(l, mut at)| -> Result<(), WriteError> {
-            let mut buf = Vec::with_capacity(1 << 20);
-            for r in l {
-                buf.extend_from_slice(&pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?);
-                buf.extend_from_slice(r.data);
-                if buf.len() >= 1 << 20 {
-                    file.write_all_at(&buf, at)?;
-                    at += buf.len() as u64;
-                    buf.clear();
+        lists
+            .par_iter()
+            .zip(starts)
+            .try_for_each(|(l, mut at)| -> Result<(), WriteError> {
+                let mut buf = Vec::with_capacity(1 << 20);
+                for r in l {
+                    buf.extend_from_slice(&pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?);
+                    buf.extend_from_slice(r.data);
+                    if buf.len() >= 1 << 20 {
+                        file.write_all_at(&buf, at)?;
+                        at += buf.len() as u64;
+                        buf.clear();
+                    }
                 }
-            }
-            file.write_all_at(&buf, at)?;
-            Ok(())
-        })
-        .map_err(|e| self.error(e))
+                file.write_all_at(&buf, at)?;
+                Ok(())
+            })
+            .map_err(|e| self.error(e))
     }
 }
 

@@ -228,7 +228,7 @@ enum State {
     /// Nothing written yet.
     Ready(Dest),
     /// The writer, once the format is known.
-    Stream(TraceWriter<Compressor<Box<dyn Write + Send>>>),
+    Stream(Box<TraceWriter<Compressor<Box<dyn Write + Send>>>>),
     Positional(Positional),
     Done,
 }
@@ -334,7 +334,7 @@ impl TraceSink {
             if !self.declare.is_empty() {
                 tw.declare(&self.declare).map_err(|e| self.write_error(e))?;
             }
-            self.state = State::Stream(tw);
+            self.state = State::Stream(Box::new(tw));
         }
         match &mut self.state {
             State::Stream(w) => Ok(w),
@@ -413,7 +413,7 @@ impl Sink for TraceSink {
         let name = self.name.clone();
         match std::mem::replace(&mut self.state, State::Done) {
             State::Stream(w) => {
-                let comp = w.finish(ifaces).map_err(|e| self.write_error(e))?;
+                let comp = (*w).finish(ifaces).map_err(|e| self.write_error(e))?;
                 let mut inner = comp.finish().map_err(|source| SinkError::Io { to: name.clone(), source })?;
                 inner.flush().map_err(|source| SinkError::Io { to: name, source })
             }

@@ -7,9 +7,9 @@ use crate::error::StoreError;
 use crate::flow::{FlowPacket, FlowTracker, PacketFlow, SlotCache, read_flow};
 use crate::format::segment_paths;
 use crate::segment::Segment;
-use crate::writer::{PacketIn, SegmentWriter, Spare};
 use crate::stage1::{SourceMark, StoreMeta};
 use crate::store::{ImportOptions, Store};
+use crate::writer::{PacketIn, SegmentWriter, Spare};
 
 /// Segments open at once, at most: a new kind of packet beyond them closes the oldest open segment, so that a
 /// trace of many link types keeps its memory bounded (each open segment holds up to its bound).
@@ -392,6 +392,14 @@ impl<'s> Ingest<'s> {
         }
         self.flush()?;
         Ok((self.packets, self.segments))
+    }
+}
+
+impl Store {
+    /// Starts adding packets after what the store holds (see [`Ingest`]); the store must be open for writing.
+    pub fn ingest(&mut self, opts: &ImportOptions) -> Result<Ingest<'_>, StoreError> {
+        self.writable()?;
+        Ok(Ingest::new(self, opts))
     }
 }
 

@@ -14,9 +14,8 @@ use rustc_hash::FxHashMap;
 
 use crate::error::StoreError;
 use crate::flow::Flow;
-use crate::ingest::Ingest;
-use crate::lock::{LOCK_FILE, WriterLock};
 use crate::format::segment_paths;
+use crate::lock::{LOCK_FILE, WriterLock};
 use crate::segment::{Record, Segment, StoredPacket};
 use crate::stage1::StoreMeta;
 use crate::sums::Checked;
@@ -459,12 +458,6 @@ impl Store {
         let seq = self.segments.iter().map(|s| s.stage1.seq_max + 1).max().unwrap_or(0);
         let flow = self.segments.iter().map(|s| s.stage1.flow_max.wrapping_add(1)).filter(|&f| f != 0).max();
         (seq, flow.unwrap_or(0))
-    }
-
-    /// Starts adding packets after what the store holds (see [`Ingest`]); the store must be open for writing.
-    pub fn ingest(&mut self, opts: &ImportOptions) -> Result<Ingest<'_>, StoreError> {
-        self.writable()?;
-        Ok(Ingest::new(self, opts))
     }
 
     /// Bytes segment `s` takes on disk (data and index).

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pcaptool_packet::{
-    Field, FieldValue, FlowKey, FlowTuple, LinkType, PacketFields, TsPrecision, prefetch,
-    prefetch_item,
+    Field, FieldValue, FlowKey, FlowTuple, LinkType, PacketFields, TsPrecision, prefetch, prefetch_item,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -698,9 +697,9 @@ impl SegmentWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::{ConnState, Side};
     use crate::segment::Segment;
     use pcaptool_packet::{FlowTuple, LinkType, TsPrecision};
-    use crate::flow::{ConnState, Side};
 
     /// Ethernet packets of interface 0, nanosecond timestamps.
     fn ethernet_meta(snaplen: u32) -> StoreMeta {

@@ -10,10 +10,11 @@ use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RrrBitVector, RrrParams, RsBi
 use rustc_hash::FxHashMap;
 
 use crate::IndexError;
-use crate::format::{BLOCK, HEADER_LEN, Header, IDENTITY_SPAN, Out, PAGE, VERSION, crc32, write_ef};
+use crate::chunk::{CHUNK_HEAD, PARTS, shape_of};
+use crate::format::identity;
+use crate::format::{BLOCK, HEADER_LEN, Header, Out, PAGE, VERSION, crc32, write_ef};
 use crate::keys::{KEY_FIELDS, Key, key_and_flags, len_class, pair_keys, shape_rank, write_column};
 use crate::lanes::{assign, write_flows};
-use crate::select::{CHUNK_HEAD, PARTS, shape_of};
 use crate::shapes::group_by_lane;
 
 /// How to build.
@@ -47,25 +48,6 @@ pub struct BuildStats {
     pub trace_bytes: u64,
     /// Damage that ended the trace early (the index covers the packets before it).
     pub damage: Option<TraceError>,
-}
-
-/// The identity of a trace file: its length, modification time (ns) and the CRC-32 of its first and last 64 KiB.
-pub(crate) fn identity(path: &Path) -> Result<(u64, u64, u32, u32), IndexError> {
-    use std::os::unix::fs::FileExt;
-    let f = File::open(path).map_err(|e| IndexError::io(path, e))?;
-    let meta = f.metadata().map_err(|e| IndexError::io(path, e))?;
-    let len = meta.len();
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    let span = len.min(IDENTITY_SPAN) as usize;
-    let mut buf = vec![0u8; span];
-    f.read_exact_at(&mut buf, 0).map_err(|e| IndexError::io(path, e))?;
-    let head = crc32(&buf);
-    f.read_exact_at(&mut buf, len - span as u64).map_err(|e| IndexError::io(path, e))?;
-    Ok((len, mtime, head, crc32(&buf)))
 }
 
 pub(crate) fn compression_code(c: Option<Compression>) -> u8 {

@@ -1,6 +1,10 @@
 //! The index file format (docs/format/index.md): little-endian fields, a fixed header naming the trace, chunks,
 //! a directory, each with a CRC-32.
 
+use std::fs::File;
+use std::path::Path;
+
+use crate::IndexError;
 use pcaptool_wavelet::Crc32;
 
 /// The first four bytes of an index.
@@ -579,6 +583,25 @@ impl<'a> EliasFano<'a> {
             .enumerate()
             .map(move |(i, (bit, low))| (((bit - i) as u64) << self.low_bits | low).min(max))
     }
+}
+
+/// The identity of a trace file: its length, modification time (ns) and the CRC-32 of its first and last 64 KiB.
+pub(crate) fn identity(path: &Path) -> Result<(u64, u64, u32, u32), IndexError> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).map_err(|e| IndexError::io(path, e))?;
+    let meta = f.metadata().map_err(|e| IndexError::io(path, e))?;
+    let len = meta.len();
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let span = len.min(IDENTITY_SPAN) as usize;
+    let mut buf = vec![0u8; span];
+    f.read_exact_at(&mut buf, 0).map_err(|e| IndexError::io(path, e))?;
+    let head = crc32(&buf);
+    f.read_exact_at(&mut buf, len - span as u64).map_err(|e| IndexError::io(path, e))?;
+    Ok((len, mtime, head, crc32(&buf)))
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 
 use pcaptool_packet::{Field, LinkType, Need, PcapWriter, Pred, Seeker, TsPrecision};
 
+use crate::chunk::{CHUNK_HEAD, PARTS};
 use crate::format::{HEADER_LEN, crc32};
-use crate::select::{CHUNK_HEAD, PARTS};
 use crate::{BuildOptions, IndexFile, build};
 
 struct Fixture {

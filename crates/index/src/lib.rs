@@ -41,7 +41,9 @@
 #![deny(missing_docs)]
 
 mod build;
+mod chunk;
 mod error;
+mod file;
 mod format;
 /// Entry points for the fuzz targets in `fuzz/` (the `fuzz` feature; not part of the stable API).
 #[cfg(any(test, feature = "fuzz"))]
@@ -51,14 +53,17 @@ mod keys;
 mod lanes;
 mod select;
 mod shapes;
+mod tree;
 
 use std::path::{Path, PathBuf};
 
 pub use build::{BuildOptions, BuildStats, build};
+pub use chunk::ChunkView;
 pub use error::IndexError;
+pub use file::IndexFile;
 pub use format::{BLOCK, MAGIC, OLDEST_READ, PAGE, VERSION};
 pub use keys::{KEY_FIELDS, LEN_BOUNDS};
-pub use select::{ChunkView, IndexFile, IndexView, Selection};
+pub use select::{IndexView, Selection};
 
 /// The index of `trace`: the same path with `.ptidx` appended.
 pub fn sidecar_path(trace: &Path) -> PathBuf {

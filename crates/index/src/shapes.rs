@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use pcaptool_wavelet::{DecodeScratch, HuffmanWaveletTree, LeBytes, RrrBitVector};
 
-use crate::select::{Tree, members};
+use crate::tree::{Tree, members};
 
 type RrrHuffman<'a> = HuffmanWaveletTree<RrrBitVector<LeBytes<'a>>, LeBytes<'a>>;
 

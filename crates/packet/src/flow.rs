@@ -194,6 +194,13 @@ pub fn plain_flow(linktype: LinkType, b: &[u8]) -> Option<PlainFlow> {
     Some(PlainFlow { tuple, dir, payload, flags })
 }
 
+impl Decoded {
+    /// The canonical bidirectional flow key of this packet and its direction, for IP packets.
+    pub fn flow(&self) -> Option<(FlowKey, Direction)> {
+        FlowKey::from_decoded(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

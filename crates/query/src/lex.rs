@@ -1,7 +1,7 @@
 //! The tokenizer: libpcap's scanner rules (longest match, keywords before identifiers, named constants as numbers).
 
-use crate::ast::Proto;
 use crate::error::{ErrorKind, FilterError, Span};
+use crate::proto::Proto;
 
 /// A keyword of the language. Words libpcap knows but pcaptool does not evaluate are [`Kw::Unsupported`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -35,6 +35,7 @@ mod names;
 mod parse;
 pub mod plan;
 pub mod prog;
+mod proto;
 
 pub use ast::Expr;
 pub use compile::Target;

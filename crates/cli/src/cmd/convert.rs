@@ -9,8 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use pcaptool_packet::{
-    Compression, Compressor, FileFormat, OutputFormat, Record, TraceReader, TraceWriter, TsPrecision,
-    precision_for,
+    Compression, Compressor, FileFormat, OutputFormat, Record, TraceReader, TraceWriter, TsPrecision, precision_for,
 };
 
 use crate::args::{Compress, Format, parse_time_arg};

@@ -9,8 +9,8 @@ use pcaptool_index::{IndexFile, compression_code, sidecar_path};
 use pcaptool_packet::TraceReader;
 
 use crate::args::parse_size;
-use crate::cmd::store::{open_store, open_writer};
 use crate::cmd::EXIT_DAMAGED;
+use crate::cmd::store::{open_store, open_writer};
 use crate::progress;
 
 /// Arguments of `pcaptool verify`.

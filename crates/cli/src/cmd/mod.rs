@@ -35,7 +35,10 @@ pub(crate) fn name_output(e: anyhow::Error, out: Option<String>) -> anyhow::Erro
 }
 
 /// Warns of the damaged segments a read left out; the exit status that says so.
-pub(crate) fn warn_skipped(dir: &std::path::Path, skipped: &[pcaptool_flowstore::DamagedSegment]) -> std::process::ExitCode {
+pub(crate) fn warn_skipped(
+    dir: &std::path::Path,
+    skipped: &[pcaptool_flowstore::DamagedSegment],
+) -> std::process::ExitCode {
     for d in skipped {
         eprintln!("pcaptool: warning: left out segment {}: {d}", d.number);
     }

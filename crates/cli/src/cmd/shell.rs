@@ -106,7 +106,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         let t = Instant::now();
         let result = (|| -> anyhow::Result<()> {
-            let req = Request::new().with_filter(Filter::new(filter).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?);
+            let req =
+                Request::new().with_filter(Filter::new(filter).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?);
             if explain {
                 return crate::explain::print(&source.plan(&req)?, false);
             }

@@ -176,50 +176,48 @@ impl Run<'_, '_> {
                     let arenas = {
                         let decide = self.matchers.decider();
                         let keep = |rec: &Record<'_>| req.in_window(rec.ts_ns) && decide(rec);
-                        wave
-                        .par_iter()
-                        .map(|(ci, positions)| {
-                            let mut arena = Arena::new(positional);
-                            let mut read = |window: &mut Vec<u8>| {
-                                view.read_packets_at(tf, &seeker, &trace, *ci, positions, window, &mut |_, rec| {
-                                    let rec = cut(rec, snap);
-                                    if keep(&rec) {
-                                        arena.push(&rec);
-                                    }
-                                    Ok(())
-                                })
-                            };
-                            // Each thread keeps its read buffer from piece to piece (fresh pages cost more than the
-                            // reads they would hold); a fresh one should the thread's be in use already.
-                            WINDOW.with(|w| match w.try_borrow_mut() {
-                                Ok(mut window) => read(&mut window),
-                                Err(_) => read(&mut Vec::new()),
-                            })?;
-                            Ok(arena)
-                        })
-                        .collect::<Result<Vec<Arena>, pcaptool_index::IndexError>>()
-                        .map_err(|e| index_error(view, e))?
+                        wave.par_iter()
+                            .map(|(ci, positions)| {
+                                let mut arena = Arena::new(positional);
+                                let mut read = |window: &mut Vec<u8>| {
+                                    view.read_packets_at(tf, &seeker, &trace, *ci, positions, window, &mut |_, rec| {
+                                        let rec = cut(rec, snap);
+                                        if keep(&rec) {
+                                            arena.push(&rec);
+                                        }
+                                        Ok(())
+                                    })
+                                };
+                                // Each thread keeps its read buffer from piece to piece (fresh pages cost more than the
+                                // reads they would hold); a fresh one should the thread's be in use already.
+                                WINDOW.with(|w| match w.try_borrow_mut() {
+                                    Ok(mut window) => read(&mut window),
+                                    Err(_) => read(&mut Vec::new()),
+                                })?;
+                                Ok(arena)
+                            })
+                            .collect::<Result<Vec<Arena>, pcaptool_index::IndexError>>()
+                            .map_err(|e| index_error(view, e))?
                     };
                     self.emit_arenas(arenas, positional, seeker.interfaces(), &mut stats)?
                 } else {
                     let lists = {
                         let decide = self.matchers.decider();
                         let keep = |rec: &Record<'_>| req.in_window(rec.ts_ns) && decide(rec);
-                        wave
-                        .par_iter()
-                        .map(|(ci, positions)| {
-                            let mut hits = Vec::new();
-                            view.read_packets(bytes, &seeker, &trace, *ci, positions, &mut |_, rec| {
-                                let rec = cut(rec, snap);
-                                if keep(&rec) {
-                                    hits.push(rec);
-                                }
-                                Ok(())
-                            })?;
-                            Ok(hits)
-                        })
-                        .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
-                        .map_err(|e| index_error(view, e))?
+                        wave.par_iter()
+                            .map(|(ci, positions)| {
+                                let mut hits = Vec::new();
+                                view.read_packets(bytes, &seeker, &trace, *ci, positions, &mut |_, rec| {
+                                    let rec = cut(rec, snap);
+                                    if keep(&rec) {
+                                        hits.push(rec);
+                                    }
+                                    Ok(())
+                                })?;
+                                Ok(hits)
+                            })
+                            .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
+                            .map_err(|e| index_error(view, e))?
                     };
                     self.emit(lists, positional, seeker.interfaces(), &mut stats)?
                 };

@@ -115,7 +115,9 @@ impl TraceSource {
         match self.format {
             Some(FileFormat::Pcap { precision, .. }) => NativeFormat::Pcap(precision),
             Some(FileFormat::PcapNg { .. }) => NativeFormat::PcapNg,
-            None => NativeFormat::Pcap(self.interfaces.first().map_or(TsPrecision::Micro, |i| precision_for(i.tsresol))),
+            None => {
+                NativeFormat::Pcap(self.interfaces.first().map_or(TsPrecision::Micro, |i| precision_for(i.tsresol)))
+            }
         }
     }
 
@@ -206,7 +208,8 @@ impl TraceSource {
         // Counting an exact condition: the index decides every packet whose fields it knows; only the others are
         // read (a time window is checked on packets, so it needs them read).
         if req.count_only && qplan.exact && !req.has_window() {
-            let sentence = format!("{}; counted from the index, reading only packets it cannot decide", qplan.describe());
+            let sentence =
+                format!("{}; counted from the index, reading only packets it cannot decide", qplan.describe());
             return Ok(Choice { qplan, strategy: Strategy::IndexCount, sentence, selection: None });
         }
         let part = match &qplan.index {

@@ -30,7 +30,6 @@ mod transport;
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::flow::FlowKey;
 use crate::types::{EtherType, IpProto, LinkType};
 
 /// Most VLAN tags and MPLS labels recorded per packet; deeper stacks are counted and skipped.
@@ -341,11 +340,6 @@ impl Decoded {
     pub fn decode_inner(&self, data: &[u8]) -> Option<Decoded> {
         let t = self.tunnel?;
         Some(decode_from(t.inner_link, data, t.inner_offset as usize))
-    }
-
-    /// The canonical bidirectional flow key of this packet and its direction, for IP packets.
-    pub fn flow(&self) -> Option<(FlowKey, crate::flow::Direction)> {
-        FlowKey::from_decoded(self)
     }
 }
 
