@@ -169,6 +169,7 @@ pub struct SinkPacket<'a> {
 
 /// Why capture could not run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaptureError {
     /// No interface of that name.
     #[error("there is no network interface named `{0}` (`ip link` lists them)")]
@@ -196,11 +197,30 @@ pub enum CaptureError {
         /// The compiler's message.
         why: String,
     },
-    /// The backend asked for is not available.
-    #[error("{0}")]
-    Backend(String),
+    /// AF_XDP was asked for, and this build has no AF_XDP (cargo feature `xdp`).
+    #[error(
+        "AF_XDP is not built into this pcaptool: build it with `--features xdp` (needs clang, libelf-dev, \
+         zlib1g-dev), or use --backend af_packet"
+    )]
+    XdpNotBuilt,
+    /// AF_XDP is not used on the loopback device, whose packets it would take from the host.
+    #[error("{name} is the loopback device, whose packets AF_XDP would take from the host")]
+    XdpLoopback {
+        /// The interface.
+        name: String,
+    },
+    /// An AF_XDP socket could not be opened on a queue.
+    #[error("AF_XDP cannot run on {name} queue {queue}")]
+    XdpQueue {
+        /// The interface.
+        name: String,
+        /// The receive queue.
+        queue: u32,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A system call failed.
-    #[error("{what} on {name}: {source}")]
+    #[error("{what} on {name}")]
     Io {
         /// What was being done.
         what: &'static str,
@@ -210,7 +230,7 @@ pub enum CaptureError {
         source: std::io::Error,
     },
     /// The sink failed; capture stopped.
-    #[error("{source} (capture stopped: {summary})")]
+    #[error("the sink failed; capture stopped: {summary}")]
     Sink {
         /// The sink's error.
         source: SinkError,
@@ -445,9 +465,7 @@ pub fn probe(config: &CaptureConfig) -> Result<Vec<Interface>, CaptureError> {
 }
 
 fn no_xdp() -> CaptureError {
-    CaptureError::Backend(
-        "AF_XDP is not built into this pcaptool: build it with `--features xdp` (needs clang, libelf-dev, zlib1g-dev), or use --backend af_packet".into(),
-    )
+    CaptureError::XdpNotBuilt
 }
 
 /// Bytes of an AF_PACKET ring block; a batch to the writer holds a block's packets.
@@ -487,10 +505,7 @@ fn open_xdp(config: &CaptureConfig, ifaces: &[Interface]) -> Option<Result<Opene
     if config.backend == Backend::Auto
         && let Some(lo) = ifaces.iter().find(|i| sys::hw_type(&i.name) == Some(772))
     {
-        return Some(Err(CaptureError::Backend(format!(
-            "{} is the loopback device, whose packets AF_XDP would take from the host",
-            lo.name
-        ))));
+        return Some(Err(CaptureError::XdpLoopback { name: lo.name.clone() }));
     }
     let mut sockets = Vec::new();
     let mut modes = Vec::new();
@@ -502,7 +517,7 @@ fn open_xdp(config: &CaptureConfig, ifaces: &[Interface]) -> Option<Result<Opene
                     sockets.push((k, Source::Xdp(s)));
                 }
                 Err(e) => {
-                    return Some(Err(CaptureError::Backend(format!("AF_XDP cannot run on {} queue {q}: {e}", i.name))));
+                    return Some(Err(CaptureError::XdpQueue { name: i.name.clone(), queue: q, source: e }));
                 }
             }
         }
@@ -554,7 +569,7 @@ pub fn run(
     let (mut sockets, backend, fallback) = match open_xdp(config, &ifaces) {
         Some(Ok((socks, backend))) => (socks, backend, None),
         Some(Err(e)) if config.backend == Backend::AfXdp => return Err(e),
-        Some(Err(e)) => (Vec::new(), String::new(), Some(e.to_string())),
+        Some(Err(e)) => (Vec::new(), String::new(), Some(pcaptool_packet::Chain(&e).to_string())),
         None => (Vec::new(), String::new(), None),
     };
     let backend = if sockets.is_empty() {

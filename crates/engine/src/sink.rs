@@ -312,34 +312,35 @@ impl TraceSink {
         }
     }
 
-    /// The stream writer, built at the first use.
-    fn stream(&mut self) -> Result<&mut TraceWriter<Compressor<Box<dyn Write + Send>>>, SinkError> {
-        if let State::Ready(_) = self.state {
-            let State::Ready(dest) = std::mem::replace(&mut self.state, State::Done) else { unreachable!() };
-            let chosen = self.chosen.unwrap_or(Chosen {
-                format: OutputFormat::Pcap(TsPrecision::Micro),
-                compression: None,
-                snaplen: None,
-            });
-            let w: Box<dyn Write + Send> = match dest {
-                Dest::File(f) => Box::new(BufWriter::with_capacity(1 << 20, f)),
-                Dest::Other(w) => Box::new(BufWriter::with_capacity(1 << 20, w)),
-            };
-            let comp = Compressor::new(w, chosen.compression)
-                .map_err(|source| SinkError::Io { to: self.name.clone(), source })?;
-            let mut tw = TraceWriter::new(comp, chosen.format).map_err(|e| self.write_error(e))?;
-            if let Some(s) = chosen.snaplen {
-                tw.snaplen(s);
-            }
-            if !self.declare.is_empty() {
-                tw.declare(&self.declare).map_err(|e| self.write_error(e))?;
-            }
-            self.state = State::Stream(Box::new(tw));
+    /// Builds the stream writer at the first use (kept out of the per-record path: building it takes a large
+    /// stack frame, which every call would otherwise probe).
+    #[cold]
+    #[inline(never)]
+    fn start_stream(&mut self) -> Result<(), SinkError> {
+        if !matches!(self.state, State::Ready(_)) {
+            return Err(SinkError::Io { to: self.name.clone(), source: io::Error::other("the output is finished") });
         }
-        match &mut self.state {
-            State::Stream(w) => Ok(w),
-            _ => Err(SinkError::Io { to: self.name.clone(), source: io::Error::other("the output is finished") }),
+        let State::Ready(dest) = std::mem::replace(&mut self.state, State::Done) else { unreachable!() };
+        let chosen = self.chosen.unwrap_or(Chosen {
+            format: OutputFormat::Pcap(TsPrecision::Micro),
+            compression: None,
+            snaplen: None,
+        });
+        let w: Box<dyn Write + Send> = match dest {
+            Dest::File(f) => Box::new(BufWriter::with_capacity(1 << 20, f)),
+            Dest::Other(w) => Box::new(BufWriter::with_capacity(1 << 20, w)),
+        };
+        let comp =
+            Compressor::new(w, chosen.compression).map_err(|source| SinkError::Io { to: self.name.clone(), source })?;
+        let mut tw = TraceWriter::new(comp, chosen.format).map_err(|e| self.write_error(e))?;
+        if let Some(s) = chosen.snaplen {
+            tw.snaplen(s);
         }
+        if !self.declare.is_empty() {
+            tw.declare(&self.declare).map_err(|e| self.write_error(e))?;
+        }
+        self.state = State::Stream(Box::new(tw));
+        Ok(())
     }
 }
 
@@ -399,7 +400,10 @@ impl Sink for TraceSink {
     }
 
     fn record(&mut self, rec: &Record<'_>, ifaces: &[Interface]) -> Result<bool, SinkError> {
-        let w = self.stream()?;
+        if !matches!(self.state, State::Stream(_)) {
+            self.start_stream()?;
+        }
+        let State::Stream(w) = &mut self.state else { unreachable!("started above") };
         match w.write(rec, ifaces) {
             Ok(()) => Ok(true),
             Err(e) => Err(self.write_error(e)),
@@ -408,7 +412,7 @@ impl Sink for TraceSink {
 
     fn finish(&mut self, ifaces: &[Interface]) -> Result<(), SinkError> {
         if let State::Ready(_) = self.state {
-            self.stream()?;
+            self.start_stream()?;
         }
         let name = self.name.clone();
         match std::mem::replace(&mut self.state, State::Done) {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum StoreError {
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -63,9 +63,63 @@ pub enum StoreError {
         /// The store.
         dir: PathBuf,
     },
-    /// The input cannot go into this store.
-    #[error("{0}")]
-    Refused(String),
+    /// The system's limit of open files was reached (a store keeps two files open per segment).
+    #[error(
+        "cannot open {}: a store keeps two files open per segment while it is open: raise the limit (`ulimit -n`) or \
+         keep fewer, larger segments (--segment-size)",
+        path.display()
+    )]
+    TooManyFiles {
+        /// The file that could not be opened.
+        path: PathBuf,
+        /// The system's error (EMFILE or ENFILE).
+        source: io::Error,
+    },
+    /// The path exists and is not a directory.
+    #[error("{} exists and is not a directory: a store is a directory (choose another --store)", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path is not a store's directory.
+    #[error("{} is not a store directory: create one with `pcaptool import TRACE --store {}`", dir.display(), dir.display())]
+    NotAStore {
+        /// The path.
+        dir: PathBuf,
+    },
+    /// The trace is in the store already, imported whole.
+    #[error(
+        "{} is in the store already ({}, imported whole): importing it again would store its packets twice; \
+         --allow-duplicates imports it anyway",
+        trace.display(),
+        segment_list(segments)
+    )]
+    AlreadyImported {
+        /// The trace.
+        trace: PathBuf,
+        /// The segments that hold it.
+        segments: Vec<u32>,
+    },
+    /// The trace was partly imported and the rest cannot follow it.
+    #[error(
+        "{} was partly imported ({}) and cannot be resumed: {}; --allow-duplicates imports it whole again as new \
+         packets",
+        trace.display(),
+        segment_list(segments),
+        if *stored_after {
+            "other packets were stored after it, so its remaining packets cannot take their places"
+        } else {
+            "the store has damaged segments that may hold more of it (`pcaptool repair` sets them aside)"
+        }
+    )]
+    CannotResume {
+        /// The trace.
+        trace: PathBuf,
+        /// The segments that hold its first part.
+        segments: Vec<u32>,
+        /// Whether other packets were stored after it (else: damaged segments may hold more of it).
+        stored_after: bool,
+    },
 }
 
 /// The process that holds a store's writer lock.
@@ -95,4 +149,19 @@ impl StoreError {
     pub fn is_damage(&self) -> bool {
         matches!(self, StoreError::Corrupt { .. } | StoreError::DataChecksum { .. })
     }
+}
+
+/// "segment 3" or "segments 3-5, 8".
+fn segment_list(numbers: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < numbers.len() {
+        let mut j = i;
+        while j + 1 < numbers.len() && numbers[j + 1] == numbers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { numbers[i].to_string() } else { format!("{}-{}", numbers[i], numbers[j]) });
+        i = j + 1;
+    }
+    format!("{} {}", if numbers.len() == 1 { "segment" } else { "segments" }, parts.join(", "))
 }

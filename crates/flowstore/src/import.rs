@@ -68,19 +68,12 @@ impl Store {
         if mine.is_empty() || opts.allow_duplicates {
             return Ok(None);
         }
-        let numbers = format!(
-            "segments {}..{}",
-            mine.iter().map(|s| s.stage1.number).min().unwrap_or(0),
-            mine.iter().map(|s| s.stage1.number).max().unwrap_or(0)
-        );
+        let mut segments: Vec<u32> = mine.iter().map(|s| s.stage1.number).collect();
+        segments.sort_unstable();
         let marks: Vec<SourceMark> = mine.iter().filter_map(|s| s.stage1.source).collect();
         let ends = marks.iter().map(|m| m.ends).max().unwrap_or(0);
         if ends > 0 && marks.iter().filter(|m| m.ends > 0).count() >= ends as usize {
-            return Err(StoreError::Refused(format!(
-                "{} is in the store already ({numbers}, imported whole): importing it again would store its packets \
-                 twice; --allow-duplicates imports it anyway",
-                trace.display()
-            )));
+            return Err(StoreError::AlreadyImported { trace: trace.to_path_buf(), segments });
         }
         // Interrupted: resumable when nothing was stored after it and its marks agree.
         let (seq0, flow0) = (marks[0].seq0, marks[0].flow0);
@@ -88,16 +81,8 @@ impl Store {
             s.stage1.source.is_none_or(|m| m.id != *id) && (s.stage1.seq_max >= seq0 || s.stage1.flow_max >= flow0)
         });
         if later || marks.iter().any(|m| m.seq0 != seq0 || m.flow0 != flow0) || !self.damaged().is_empty() {
-            let why = if self.damaged().is_empty() {
-                "other packets were stored after it, so its remaining packets cannot take their places"
-            } else {
-                "the store has damaged segments that may hold more of it (`pcaptool repair` sets them aside)"
-            };
-            return Err(StoreError::Refused(format!(
-                "{} was partly imported ({numbers}) and cannot be resumed: {why}; --allow-duplicates imports it \
-                 whole again as new packets",
-                trace.display()
-            )));
+            let stored_after = self.damaged().is_empty();
+            return Err(StoreError::CannotResume { trace: trace.to_path_buf(), segments, stored_after });
         }
         let mut held: FxHashMap<(LinkType, bool), Vec<(u64, u64)>> = FxHashMap::default();
         for s in &mine {

@@ -190,11 +190,9 @@ fn open_segment(dir: &Path, n: u32) -> Result<Result<Option<Segment>, DamagedSeg
         Ok(f) => Ok(Ok(Some(f))),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(Ok(None)),
         // EMFILE, ENFILE: no damage of the store's.
-        Err(e) if matches!(e.raw_os_error(), Some(24 | 23)) => Err(StoreError::Refused(format!(
-            "cannot open {}: {e}; a store keeps two files open per segment while it is open: raise the limit \
-             (`ulimit -n`) or keep fewer, larger segments (--segment-size)",
-            p.display()
-        ))),
+        Err(e) if matches!(e.raw_os_error(), Some(24 | 23)) => {
+            Err(StoreError::TooManyFiles { path: p.to_path_buf(), source: e })
+        }
         Err(e) => Ok(Err(DamagedSegment::of(n, &StoreError::io(p, e), p))),
     };
     let index_file = match open(&index)? {
@@ -228,10 +226,7 @@ impl Store {
     /// [`open_writer`](Self::open_writer)).
     pub fn create(dir: &Path) -> Result<Store, StoreError> {
         if dir.exists() && !dir.is_dir() {
-            return Err(StoreError::Refused(format!(
-                "{} exists and is not a directory: a store is a directory (choose another --store)",
-                dir.display()
-            )));
+            return Err(StoreError::NotADirectory { path: dir.to_path_buf() });
         }
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
         Store::open_writer(dir)
@@ -641,11 +636,7 @@ impl Store {
 /// Refuses a path that is not a directory.
 fn check_dir(dir: &Path) -> Result<(), StoreError> {
     if !dir.is_dir() {
-        return Err(StoreError::Refused(format!(
-            "{} is not a store directory: create one with `pcaptool import TRACE --store {}`",
-            dir.display(),
-            dir.display()
-        )));
+        return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
     }
     Ok(())
 }

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 /// What went wrong with an index. Every variant names the file and, for damage, the offset and what was
 /// expected, so that a message tells the user what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum IndexError {
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The operating system reported an error.
-    #[error("I/O error: {0}")]
+    #[error("I/O error")]
     Io(#[from] io::Error),
     /// The first bytes are neither a pcap, a pcapng nor a supported compressed-stream magic.
     #[error(
@@ -109,7 +109,7 @@ pub enum ErrorKind {
     #[error("no packet record at this offset")]
     NotRecord,
     /// The decompressor rejected the input.
-    #[error("{codec} decompression failed: {source}")]
+    #[error("{codec} decompression failed")]
     Decompress {
         /// "gzip", "zstd" or "lz4".
         codec: &'static str,
@@ -168,7 +168,7 @@ impl std::error::Error for TraceError {
 #[non_exhaustive]
 pub enum WriteError {
     /// The operating system reported an error.
-    #[error("I/O error while writing: {0}")]
+    #[error("I/O error while writing")]
     Io(#[from] io::Error),
     /// A legacy pcap file holds one link type; the record has another.
     #[error("pcap files hold one link type: the file has {file}, this packet has {packet}; write pcapng to keep both")]
@@ -190,4 +190,21 @@ pub enum WriteError {
         /// The captured length.
         len: usize,
     },
+}
+
+/// An error and its causes on one line, each joined to the next by ": " (errors here do not repeat their cause
+/// in their own message; this prints both, as a command line wants).
+#[derive(Debug, Clone, Copy)]
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(e) = next {
+            write!(f, ": {e}")?;
+            next = e.source();
+        }
+        Ok(())
+    }
 }

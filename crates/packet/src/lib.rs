@@ -49,7 +49,7 @@ pub use decode::{
     Arp, Decoded, Ethernet, Fragment, Ip, Layer, MAX_TAGS, Stop, StopReason, Transport, Tunnel, TunnelKind, decode,
     decode_from,
 };
-pub use error::{ErrorKind, TraceError, WriteError};
+pub use error::{Chain, ErrorKind, TraceError, WriteError};
 pub use fields::{Field, FieldReader, FieldValue, Need, PacketFields, Pred};
 pub use flow::{Direction, FlowKey, FlowTuple, PlainFlow, plain_flow};
 pub use read::{

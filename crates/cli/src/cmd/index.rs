@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use pcaptool_index::{PAGE, sidecar_path};
+use pcaptool_packet::Chain;
 
 use crate::progress;
 
@@ -53,7 +54,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "trace": trace, "index": out, "packets": stats.packets, "chunks": stats.chunks,
                     "keys": stats.keys, "index_bytes": stats.index_bytes, "trace_bytes": stats.trace_bytes,
                     "bytes_per_packet": per_packet, "percent_of_trace": share, "seconds": secs,
-                    "damage": stats.damage.as_ref().map(|d| d.to_string()),
+                    "damage": stats.damage.as_ref().map(|d| Chain(d).to_string()),
                 })
             );
         } else {
@@ -67,7 +68,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         if let Some(d) = &stats.damage {
-            eprintln!("pcaptool: error: {d}; the {} packets before it were indexed", stats.packets);
+            eprintln!("pcaptool: error: {}; the {} packets before it were indexed", Chain(d), stats.packets);
             code = ExitCode::FAILURE;
         }
     }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use pcaptool_packet::{
-    Decoded, FileFormat, LinkType, Rfc3339, TraceReader, Transport, TsPrecision, TunnelKind, decode,
+    Chain, Decoded, FileFormat, LinkType, Rfc3339, TraceReader, Transport, TsPrecision, TunnelKind, decode,
 };
 use serde::Serialize;
 
@@ -122,7 +122,7 @@ fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
         let rec = match rec {
             Ok(r) => r,
             Err(e) => {
-                info.error = Some(e.to_string());
+                info.error = Some(Chain(&e).to_string());
                 break;
             }
         };

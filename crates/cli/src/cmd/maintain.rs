@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use pcaptool_index::{IndexFile, compression_code, sidecar_path};
+use pcaptool_packet::Chain;
 use pcaptool_packet::TraceReader;
 
 use crate::args::parse_size;
@@ -122,7 +123,7 @@ fn verify_trace(trace: &Path, json: bool) -> anyhow::Result<bool> {
                 }
             }
             Err(e) => {
-                damage = Some(e.to_string());
+                damage = Some(Chain(&e).to_string());
                 break;
             }
         }
@@ -131,10 +132,11 @@ fn verify_trace(trace: &Path, json: bool) -> anyhow::Result<bool> {
     let index_path = sidecar_path(trace);
     let index = if index_path.exists() {
         let check = || -> Result<(), String> {
-            let file = IndexFile::open(&index_path).map_err(|e| e.to_string())?;
+            let file = IndexFile::open(&index_path).map_err(|e| Chain(&e).to_string())?;
             let snap = u32::try_from(pcaptool_engine::snapshot(reader.interfaces())).unwrap_or(u32::MAX);
-            file.check_trace(trace, Some(compression_code(reader.compression())), snap).map_err(|e| e.to_string())?;
-            file.view().and_then(|v| v.check()).map_err(|e| e.to_string())
+            file.check_trace(trace, Some(compression_code(reader.compression())), snap)
+                .map_err(|e| Chain(&e).to_string())?;
+            file.view().and_then(|v| v.check()).map_err(|e| Chain(&e).to_string())
         };
         Some(check())
     } else {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use pcaptool_engine::{OpenOptions, Outcome, Request, Source, SourceKind, TraceSink, WriteOptions};
+use pcaptool_packet::Chain;
 use pcaptool_query::Filter;
 
 use crate::args::{Compress, Format, parse_time_arg};
@@ -145,7 +146,7 @@ fn count_line(source: &Source, filter: &str, o: &Outcome, json: bool) -> String 
 /// Warnings for what the answer had to leave out, and the exit status that says so.
 pub(crate) fn finish(source: &Source, o: &Outcome) -> ExitCode {
     if let Some(e) = &o.damage {
-        eprintln!("pcaptool: error: {e}; the {} matching packets before it were kept", o.matched);
+        eprintln!("pcaptool: error: {}; the {} matching packets before it were kept", Chain(e), o.matched);
         return ExitCode::FAILURE;
     }
     warn_skipped(source.path(), &o.skipped)

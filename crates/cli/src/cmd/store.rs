@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use pcaptool_flowstore::{Flow, ImportOptions, Store, StoreError};
+use pcaptool_packet::Chain;
 use pcaptool_packet::Need;
 use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
@@ -100,7 +101,7 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
                     "trace": trace, "store": args.store, "packets": stats.packets, "segments": stats.segments,
                     "already_stored": stats.already_stored, "removed_segments": stats.removed, "seconds": secs,
                     "over_max_size": stats.over_max_size,
-                    "damage": stats.damage.as_ref().map(|d| d.to_string()),
+                    "damage": stats.damage.as_ref().map(|d| Chain(d).to_string()),
                 })
             );
         } else {
@@ -126,7 +127,7 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
             );
         }
         if let Some(d) = &stats.damage {
-            eprintln!("pcaptool: error: {d}; the {} packets before it were imported", stats.packets);
+            eprintln!("pcaptool: error: {}; the {} packets before it were imported", Chain(d), stats.packets);
             code = ExitCode::FAILURE;
         }
         if let (Some(size), Some(max)) = (stats.over_max_size, args.max_size) {
