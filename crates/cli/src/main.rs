@@ -88,25 +88,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// The cause chain on one line, without repeating a cause that its parent already printed.
+/// The cause chain on one line (library errors do not repeat their cause in their own message).
 pub(crate) fn chain(err: &anyhow::Error) -> String {
     let causes: Vec<String> = err.chain().map(|c| c.to_string()).collect();
     chain_of(&causes)
 }
 
-/// Messages joined by ": ", leaving out one that an earlier one already says.
+/// Messages joined by ": ".
 pub(crate) fn chain_of(causes: &[String]) -> String {
-    let mut out = String::new();
-    for s in causes {
-        if out.contains(s.as_str()) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(s);
-    }
-    out
+    causes.join(": ")
 }
 
 pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -9,6 +9,9 @@ use serde::Serialize;
 pub enum Strategy {
     /// Every record of the trace, in order, the filter on each.
     Scan,
+    /// Every chunk of the indexed trace from its first record, chunks in parallel (the index lets two threads
+    /// start in the middle of a trace whose record walk is serial).
+    ChunkScan,
     /// Only the packets the index selects, the filter on each.
     Index,
     /// Counted from the index; only packets it cannot decide are read.

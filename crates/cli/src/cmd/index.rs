@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use pcaptool_index::{PAGE, sidecar_path};
 use pcaptool_packet::Chain;
 
@@ -41,8 +41,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let total = std::fs::metadata(trace).ok().map(|m| m.len());
         let pb = progress::bytes(total, "index");
         let started = Instant::now();
-        let stats = pcaptool_engine::index_trace(trace, Some(args.chunk_packets), &|at| pb.set_position(at))
-            .with_context(|| format!("cannot index {}", trace.display()))?;
+        let stats = pcaptool_engine::index_trace(trace, Some(args.chunk_packets), &|at| pb.set_position(at))?;
         pb.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
         let per_packet = stats.index_bytes as f64 / stats.packets.max(1) as f64;

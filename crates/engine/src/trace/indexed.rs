@@ -1,5 +1,5 @@
-//! Answers through a trace's index: counting from it, or reading only the packets it selects (in parallel, piece
-//! by piece). Matches are given in trace order, the same bytes as a scan's.
+//! Answers through a trace's index: counting from it, reading only the packets it selects (in parallel, piece by
+//! piece), or scanning its chunks in parallel. Matches are given in trace order, the same bytes as a scan's.
 
 use std::fs::File;
 
@@ -37,6 +37,7 @@ impl Run<'_, '_> {
                 Ok(s)
             }
             (Strategy::Index, _, Some(sel)) => self.indexed(reader, view, sel),
+            (Strategy::ChunkScan, ..) if reader.as_bytes().is_some() => self.scan_chunks(reader, view),
             _ => self.scan(reader),
         }
     }
@@ -107,6 +108,48 @@ impl Run<'_, '_> {
             p.write_arenas(&mut arenas)?;
         }
         Ok(done)
+    }
+
+    /// A scan split by the index: every chunk read from its first record, chunks in parallel (in waves, so
+    /// memory holds a few chunks' matches), matches given in order.
+    fn scan_chunks(&mut self, reader: &mut TraceReader, view: &IndexView<'_>) -> Result<Outcome, Error> {
+        let snap = snapshot(reader.interfaces());
+        let positional = self.positional(reader, view)?;
+        let bytes = reader.as_bytes().expect("a mapped trace");
+        let mut stats = Outcome { packets: view.packets(), ..Outcome::default() };
+        let seeker = self.seeker(bytes, view)?;
+        self.progress.start(self.source.size);
+        let source = self.source;
+        let trace = &source.path;
+        let all: Vec<usize> = (0..view.chunks().len()).collect();
+        for wave in all.chunks(rayon::current_num_threads().max(1)) {
+            let (req, progress) = (self.req, self.progress);
+            let lists = {
+                let decide = self.matchers.decider();
+                wave.par_iter()
+                    .map(|&ci| {
+                        let mut hits = Vec::new();
+                        view.walk_chunk(bytes, &seeker, trace, ci, &mut |_, rec| {
+                            let rec = cut(rec, snap);
+                            if req.in_window(rec.ts_ns) && decide(&rec) {
+                                hits.push(rec);
+                            }
+                            Ok(())
+                        })?;
+                        progress.advance(view.chunk_bytes(ci)?);
+                        Ok(hits)
+                    })
+                    .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
+                    .map_err(|e| index_error(view, e))?
+            };
+            if self.emit(lists, positional, seeker.interfaces(), &mut stats)? {
+                self.progress.finish();
+                return Ok(stats);
+            }
+        }
+        self.progress.finish();
+        stats.damage = self.index_damage(view, bytes, &seeker)?;
+        Ok(stats)
     }
 
     /// A reader of the records of the mapped trace `bytes` at the offsets the index gives, with the filter
