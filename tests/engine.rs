@@ -267,3 +267,29 @@ fn outputs_end_quietly_on_a_closed_pipe() {
         assert!(!err(&o).contains("panicked"), "{}", err(&o));
     }
 }
+
+/// With an index, a bulk filter and `--limit`, `-w FILE` holds the first matches (an older binary set up its
+/// positional writer and then scanned into nothing, leaving only the file header).
+#[test]
+fn a_limited_bulk_answer_over_an_index_is_written() {
+    let tmp = TempDir::new("engine-limit");
+    let trace = generated(&tmp, "t.pcap", 20_000, 37);
+    let scan = tmp.join("scan.pcap");
+    assert!(pcaptool(&["query", "--scan", p(&trace), "tcp", "-w", p(&scan)]).status.success());
+    let all = records(&scan);
+    assert!(pcaptool(&["index", p(&trace), "--chunk-packets", "4096"]).status.success());
+    for (f, n) in [("tcp", "7"), ("ip", "1000"), ("tcp", "100000")] {
+        let out = tmp.join("limited.pcap");
+        let o = pcaptool(&["query", p(&trace), f, "--limit", n, "-w", p(&out)]);
+        assert!(o.status.success(), "{}", err(&o));
+        let want = tmp.join("want.pcap");
+        assert!(pcaptool(&["query", "--scan", p(&trace), f, "--limit", n, "-w", p(&want)]).status.success());
+        let got = records(&out);
+        assert_eq!(got, records(&want), "`{f}` --limit {n}");
+        let n: usize = n.parse().unwrap();
+        assert!(!got.is_empty() && got.len() <= n, "`{f}` --limit {n}: {} packets", got.len());
+        if f == "tcp" {
+            assert_eq!(got.len(), n.min(all.len()), "`tcp` --limit {n}");
+        }
+    }
+}

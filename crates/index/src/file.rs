@@ -153,7 +153,7 @@ impl IndexFile {
         (self.header.damage != u64::MAX).then_some(self.header.damage)
     }
 
-    /// Offsets of the trace's structures (for [`Seeker::new`]).
+    /// Offsets of the trace's structures (for [`pcaptool_packet::Seeker::new`]).
     pub fn structure(&self) -> &[u64] {
         &self.structure
     }

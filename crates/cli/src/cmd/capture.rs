@@ -274,7 +274,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             if json {
                 outln!("{}", stats_json(&summary, "summary"));
             }
-            bail!("cannot write to the store {}: {source}; {summary}", args.store.display());
+            bail!(
+                "cannot write to the store {}: {}; {summary}",
+                args.store.display(),
+                pcaptool_packet::Chain(&*source)
+            );
         }
         Err(e) => return Err(e.into()),
     };

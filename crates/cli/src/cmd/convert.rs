@@ -104,7 +104,8 @@ fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
         Ok((written, damage)) => {
             if let Some(e) = damage {
                 eprintln!(
-                    "pcaptool: error: {e}; the {written} packets before it were written to {}",
+                    "pcaptool: error: {}; the {written} packets before it were written to {}",
+                    pcaptool_packet::Chain(&e),
                     args.output.display()
                 );
                 return Ok(ExitCode::FAILURE);

@@ -61,8 +61,9 @@ pub(crate) fn open_writer(dir: &Path, create: bool) -> anyhow::Result<Store> {
 pub(crate) fn read_error(dir: &Path, e: StoreError) -> anyhow::Error {
     if e.is_damage() {
         anyhow::anyhow!(
-            "{e}; the answer would miss packets: --skip-damaged answers from the other segments, `pcaptool verify {}` \
+            "{}; the answer would miss packets: --skip-damaged answers from the other segments, `pcaptool verify {}` \
              checks the whole store, `pcaptool repair {}` sets damaged segments aside",
+            Chain(&e),
             dir.display(),
             dir.display()
         )
