@@ -619,22 +619,7 @@ impl SegmentWriter {
 
         // Stage 1: what rules the segment out without reading further.
         let nslots = self.mem.slots.len();
-        let extra_addrs: Vec<&[u8; 17]> =
-            self.mem.addrs.iter().filter(|a| ends.addrs.binary_search(a).is_err()).collect();
-        let mut addr_bloom = Bloom::with_rate(ends.addrs.len() + extra_addrs.len(), BLOOM_FPR);
-        for a in ends.addrs.iter().chain(extra_addrs) {
-            addr_bloom.insert(bloom_bytes(a));
-        }
-        let extra_ports: Vec<u16> =
-            self.mem.ports.iter().copied().filter(|p| ends.ports.binary_search(p).is_err()).collect();
-        let mut port_bloom = Bloom::with_rate(ends.ports.len() + extra_ports.len(), BLOOM_FPR);
-        for p in ends.ports.iter().chain(&extra_ports) {
-            port_bloom.insert(&p.to_be_bytes());
-        }
-        let mut id_bloom = Bloom::with_rate(nslots - 1, BLOOM_FPR);
-        for sf in self.mem.slots.iter().skip(1) {
-            id_bloom.insert(&sf.flow.id.to_le_bytes());
-        }
+        let (addr_bloom, port_bloom, id_bloom) = self.blooms(&ends);
         let ids = self.mem.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
         let stage1 = Stage1 {
             version: VERSION,
@@ -671,27 +656,55 @@ impl SegmentWriter {
         stage1.positions_len = positions.len() as u64;
         let mut s1 = stage1.encode();
         seal(&mut s1);
-        let mut header = Vec::with_capacity(HEADER_LEN);
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&VERSION.to_le_bytes());
-        header.extend_from_slice(&0u16.to_le_bytes());
-        header.extend_from_slice(&(s1.len() as u32).to_le_bytes());
-        header.extend_from_slice(&[0u8; 8]);
-        let crc = crc32fast::hash(&header);
-        header.extend_from_slice(&crc.to_le_bytes());
-        // Direct too: the index is as many bytes again as a packet's position, and the page cache would cost
-        // as much CPU as its data file's direct writes.
-        let io = |e| StoreError::io(index_tmp, e);
-        let mut w = DataOut::create(index_tmp, stage).map_err(io)?;
-        for part in [&header, &s1, &s2, &positions, &sums_bytes] {
-            w.put(part).map_err(io)?;
-        }
-        self.mem.stage = w.finish().map_err(io)?.0;
+        self.mem.stage = write_index(index_tmp, stage, &[&s1, &s2, &positions, &sums_bytes])?;
         self.mem.order = order;
         self.mem.spans = spans;
         self.mem.positions = positions;
         Ok(stage1)
     }
+    /// Stage 1's Bloom filters: every address and port a filter can read from the segment's packets (the flows'
+    /// endpoints and the values off their keys), and the flow ids.
+    fn blooms(&self, ends: &Endpoints) -> (Bloom, Bloom, Bloom) {
+        let extra_addrs: Vec<&[u8; 17]> =
+            self.mem.addrs.iter().filter(|a| ends.addrs.binary_search(a).is_err()).collect();
+        let mut addr_bloom = Bloom::with_rate(ends.addrs.len() + extra_addrs.len(), BLOOM_FPR);
+        for a in ends.addrs.iter().chain(extra_addrs) {
+            addr_bloom.insert(bloom_bytes(a));
+        }
+        let extra_ports: Vec<u16> =
+            self.mem.ports.iter().copied().filter(|p| ends.ports.binary_search(p).is_err()).collect();
+        let mut port_bloom = Bloom::with_rate(ends.ports.len() + extra_ports.len(), BLOOM_FPR);
+        for p in ends.ports.iter().chain(&extra_ports) {
+            port_bloom.insert(&p.to_be_bytes());
+        }
+        let mut id_bloom = Bloom::with_rate(self.mem.slots.len() - 1, BLOOM_FPR);
+        for sf in self.mem.slots.iter().skip(1) {
+            id_bloom.insert(&sf.flow.id.to_le_bytes());
+        }
+        (addr_bloom, port_bloom, id_bloom)
+    }
+}
+
+/// Writes a segment index: the header (magic, version, stage 1's length, its CRC), then `parts` (stage 1, stage
+/// 2, positions, data checksums), with direct I/O through the buffer `stage`, which it hands back.
+fn write_index(index_tmp: &Path, stage: Vec<u8>, parts: &[&[u8]; 4]) -> Result<Vec<u8>, StoreError> {
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(&MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&0u16.to_le_bytes());
+    header.extend_from_slice(&(parts[0].len() as u32).to_le_bytes());
+    header.extend_from_slice(&[0u8; 8]);
+    let crc = crc32fast::hash(&header);
+    header.extend_from_slice(&crc.to_le_bytes());
+    // Direct too: the index is as many bytes again as a packet's position, and the page cache would cost as much
+    // CPU as its data file's direct writes.
+    let io = |e| StoreError::io(index_tmp, e);
+    let mut w = DataOut::create(index_tmp, stage).map_err(io)?;
+    w.put(&header).map_err(io)?;
+    for part in parts {
+        w.put(part).map_err(io)?;
+    }
+    Ok(w.finish().map_err(io)?.0)
 }
 
 #[cfg(test)]
