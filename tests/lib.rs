@@ -14,6 +14,8 @@ pub mod fuzz;
 pub mod libpcap;
 #[path = "support/netns.rs"]
 pub mod netns;
+#[path = "support/realtrace.rs"]
+pub mod realtrace;
 #[path = "support/tracegen.rs"]
 pub mod tracegen;
 

@@ -26,6 +26,9 @@ commands:
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
   bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store|capture|pipeline]
                   side-by-side benchmark of pcaptool and tcpdump on a generated trace
+  real-trace [OUT] [--copies N] [--seed S]
+                  the benchmark trace of real traffic: the corpus's Ethernet captures merged by time and
+                  repeated with checksum-neutral address rewrites (needs ../shared/corpus)
   faults [--tries N] [--packets N] [--seed S]
                   fault injection against a flow store and a trace index (byte flips, truncations, kill -9 of
                   writers): the table of docs/guarantees.md";
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         Some("demo") => demo(),
         Some("bench") => bench::run(&args[1..]),
         Some("faults") => faults_cmd(&args[1..]),
+        Some("real-trace") => real_trace_cmd(&args[1..]),
         Some("fuzz-seeds") => fuzz_seeds(args.get(1).map(PathBuf::from).unwrap_or_else(|| root().join("fuzz/seeds"))),
         _ => {
             eprintln!("{USAGE}");
@@ -78,6 +82,42 @@ pub(crate) fn gen_options(args: &[String]) -> anyhow::Result<(Option<PathBuf>, G
         }
     }
     Ok((out, opt))
+}
+
+/// `cargo xtask real-trace [OUT] [--copies N] [--seed S]`: the benchmark trace built from the real captures of
+/// ../shared/corpus (`pcaptool_tests::realtrace`); default `target/bench/real-21.pcap`, 21 copies, seed 1.
+fn real_trace_cmd(args: &[String]) -> anyhow::Result<()> {
+    let (mut out, mut copies, mut seed) = (None, 21u32, 1u64);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--copies" => copies = it.next().context("--copies needs a number")?.parse()?,
+            "--seed" => seed = it.next().context("--seed needs a number")?.parse()?,
+            other => out = Some(PathBuf::from(other)),
+        }
+    }
+    let out = out.unwrap_or_else(|| root().join(format!("target/bench/real-{copies}.pcap")));
+    let corpus = root().join("../shared/corpus");
+    let sources = pcaptool_tests::realtrace::sources(&corpus);
+    if sources.is_empty() {
+        bail!("{} is absent: the real-traffic trace is built from its captures", corpus.display());
+    }
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let f = File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let stats = pcaptool_tests::realtrace::build(&sources, copies, seed, BufWriter::with_capacity(1 << 20, f))?;
+    eprintln!(
+        "wrote {}: {} copies of {} packets from {} captures ({} packets, {} bytes; a copy spans {:.1} s)",
+        out.display(),
+        copies,
+        stats.packets_per_copy,
+        stats.files,
+        stats.packets,
+        stats.bytes,
+        stats.span_ns as f64 / 1e9
+    );
+    Ok(())
 }
 
 fn gen_cmd(args: &[String]) -> anyhow::Result<()> {
