@@ -54,7 +54,6 @@ impl Kinds {
     /// pcapng otherwise.
     fn native(&self) -> NativeFormat {
         let mut lts: Vec<LinkType> = self.interfaces.iter().map(|i| i.linktype.base()).collect();
-        lts.dedup();
         lts.sort_by_key(|l| l.0);
         lts.dedup();
         if lts.len() > 1 {
@@ -160,11 +159,11 @@ impl StoreSource {
     pub(crate) fn run(&self, req: &Request, sink: &mut dyn Sink) -> Result<Outcome, Error> {
         req.check()?;
         let store = &self.store;
-        if store.metas().is_empty() {
+        let kinds = Kinds::of(store);
+        if kinds.interfaces.is_empty() {
             return Err(Error::EmptyStore { dir: store.dir().to_path_buf() });
         }
         let need = Self::need(req);
-        let kinds = Kinds::of(store);
         let mut matchers = self.matchers(req.filter.as_ref(), &kinds)?;
         // Per kind of packet: its interface, snapshot length and matcher.
         let mut by_meta: HashMap<StoreMeta, (u32, usize, Option<usize>)> = HashMap::new();

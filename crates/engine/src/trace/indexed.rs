@@ -319,11 +319,7 @@ impl Run<'_, '_> {
                     && self.matchers.get(rec.linktype, self.source.swapped)?.matches(rec.data, rec.wirelen, rec.ts_ns);
                 if hit && stats.matched < limit {
                     stats.matched += 1;
-                    if !self.req.count_only && !self.sink.record(&rec, ifaces)? {
-                        stats.stopped = true;
-                        break;
-                    }
-                    if stats.matched >= limit {
+                    if !self.give(&rec, ifaces, &mut stats)? || stats.matched >= limit {
                         break;
                     }
                 }

@@ -449,17 +449,7 @@ impl Run<'_, '_> {
                     continue;
                 }
                 stats.matched += 1;
-                if self.req.count_only {
-                    if stats.matched >= limit {
-                        break;
-                    }
-                    continue;
-                }
-                let go_on = self.sink.record(&rec, ifaces)?;
-                if !go_on {
-                    stats.stopped = true;
-                }
-                if !go_on || stats.matched >= limit {
+                if !self.give(&rec, ifaces, &mut stats)? || stats.matched >= limit {
                     break;
                 }
             }
