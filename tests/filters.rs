@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pcaptool_packet::{FileFormat, LinkType, TraceReader};
+use pcaptool_packet::{LinkType, TraceReader};
 use pcaptool_query::{Filter, Matcher, Target, plan};
 use pcaptool_tests::libpcap::{self, Handle, Program};
 use pcaptool_tests::{corpus_dir, corpus_files, repo_root};
@@ -31,13 +31,7 @@ fn read(path: &Path) -> Option<(Vec<Packet>, bool)> {
     while let Some(Ok(rec)) = r.next_record() {
         out.push(Packet { linktype: rec.linktype.base().0, data: rec.data.to_vec(), wirelen: rec.wirelen });
     }
-    let swapped = match r.format() {
-        Some(FileFormat::Pcap { big_endian, .. }) | Some(FileFormat::PcapNg { big_endian }) => {
-            big_endian != cfg!(target_endian = "big")
-        }
-        _ => false,
-    };
-    Some((out, swapped))
+    Some((out, r.format().is_some_and(|f| f.swapped())))
 }
 
 #[derive(Default)]
@@ -575,7 +569,7 @@ mod random {
                     if let (Some(m), Some(p)) = (ours, theirs) {
                         let hit = p.matches(&pkt, wire);
                         prop_assert_eq!(m.matches(&pkt, wire, 0), hit, "filter `{}` on {:02x?} (wire {})", f, pkt, wire);
-                        prop_assert!(!hit || need.may_match(&|field| fields.get(field)), "`{}` matches {:02x?} outside its condition `{}`", f, pkt, need);
+                        prop_assert!(!hit || need.may_match_captured(&|field| fields.get(field)), "`{}` matches {:02x?} outside its condition `{}` (cut fields failing)", f, pkt, need);
                         if *exact && let Some(holds) = need.decide(&|field| fields.get(field)) {
                             prop_assert_eq!(holds, hit, "`{}` (exact) on {:02x?}: condition `{}`", f, pkt, need);
                         }
@@ -583,6 +577,56 @@ mod random {
                 }
                 Ok(())
             })?;
+        }
+
+        /// Every table filter decides random packets behind the other link-layer headers whose protocol field
+        /// the index reads (raw IP, raw IPv4/IPv6, Linux SLL and SLL2, PPP, Cisco HDLC) as libpcap does, and every
+        /// match satisfies the planner's condition, which decides packets as exact filters do.
+        #[test]
+        fn table_on_random_packets_of_other_link_types(
+            (pkt, wire) in ether_packet(),
+            lt in pick(&[101u32, 228, 229, 113, 276, 9, 50, 104]),
+        ) {
+            thread_local! {
+                static PROGS: std::cell::RefCell<HashMap<u32, std::rc::Rc<Vec<EtherCase>>>> = Default::default();
+            }
+            let progs = PROGS.with(|p| p.borrow_mut().entry(lt).or_insert_with(|| {
+                let h = Handle::dead(libpcap::linktype_to_dlt(lt));
+                std::rc::Rc::new(filters().into_iter().map(|f| {
+                    let parsed = Filter::new(&f);
+                    let need = parsed.as_ref().map_or(plan::Need::All, plan::necessary);
+                    let exact = parsed.as_ref().is_ok_and(plan::exact);
+                    let ours = parsed.and_then(|x| x.compile(Target::new(LinkType(lt)))).ok();
+                    (f.clone(), ours, h.compile(&f).ok(), need, exact)
+                }).collect())
+            }).clone());
+            // The Ethernet frame's type (or first tag) and payload behind this link type's header.
+            let (et, payload) = match pkt.get(12..14) {
+                Some(t) => (u16::from_be_bytes([t[0], t[1]]), &pkt[14..]),
+                None => (0x0800, &[][..]),
+            };
+            let ppp = |et: u16| match et { 0x0800 => 0x0021u16, 0x86dd => 0x0057, other => other };
+            let mut b = match lt {
+                113 => { let mut h = vec![0, 0, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0]; h.extend_from_slice(&et.to_be_bytes()); h }
+                276 => { let mut h = et.to_be_bytes().to_vec(); h.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0]); h }
+                9 | 50 => { let mut h = vec![0xff, 0x03]; h.extend_from_slice(&ppp(et).to_be_bytes()); h }
+                104 => { let mut h = vec![0x0f, 0x00]; h.extend_from_slice(&et.to_be_bytes()); h }
+                _ => Vec::new(),
+            };
+            b.extend_from_slice(payload);
+            // Cut short where the frame was (never inside the new header), wire length as much longer.
+            let wire = wire - pkt.len() as u32 + b.len() as u32;
+            let fields = plan::PacketFields::new(LinkType(lt), &b, wire, 0);
+            for (f, ours, theirs, need, exact) in progs.iter() {
+                if let (Some(m), Some(p)) = (ours, theirs) {
+                    let hit = p.matches(&b, wire);
+                    prop_assert_eq!(m.matches(&b, wire, 0), hit, "link type {}: `{}` on {:02x?}", lt, f, b);
+                    prop_assert!(!hit || need.may_match_captured(&|field| fields.get(field)), "link type {}: `{}` matches {:02x?} outside its condition `{}` (cut fields failing)", lt, f, b, need);
+                    if *exact && let Some(holds) = need.decide(&|field| fields.get(field)) {
+                        prop_assert_eq!(holds, hit, "link type {}: `{}` (exact) on {:02x?}: condition `{}`", lt, f, b, need);
+                    }
+                }
+            }
         }
 
         /// Every table filter decides random 802.11 and radiotap frames as libpcap does.
@@ -659,49 +703,77 @@ mod random {
     }
 }
 
-/// The planner's condition is necessary: every packet a table filter matches satisfies it (on the Ethernet
-/// traces of the corpus and testdata/, fields read as `PacketFields` defines them: a missing field fails, an unknown one may match).
+/// The planner's condition is necessary: every packet a table filter matches satisfies it, on every trace of the
+/// corpus and testdata/, on every link type, fields read as `PacketFields` defines them (a missing field fails, an
+/// unknown one may match); and an exact filter's condition, where it decides a packet, decides it as the filter
+/// does. Every link type with a protocol field narrows: some non-match is excluded by its condition.
 #[test]
 fn planner_conditions_hold_for_every_match() {
     let filters = table();
     let files = trace_paths(1);
-    let compiled: Vec<_> = filters
-        .iter()
-        .filter_map(|f| {
-            let flt = Filter::new(f).ok()?;
-            let m = flt.compile(Target::new(LinkType(1))).ok()?;
-            Some((f, plan::necessary(&flt), m, plan::exact(&flt)))
-        })
-        .collect();
-    let (mut checked, mut narrowed, mut decided) = (0u64, 0u64, 0u64);
+    let parsed: Vec<_> = filters.iter().filter_map(|f| Some((f, Filter::new(f).ok()?))).collect();
+    // Per link type and byte order: each filter's condition, its part on header fields (not length or time),
+    // matcher, and whether it is exact.
+    type Case<'a> = (&'a String, plan::Need, plan::Need, Matcher, bool);
+    let header = |f: plan::Field| !matches!(f, plan::Field::WireLen | plan::Field::Time);
+    let mut compiled: HashMap<(u32, bool), Vec<Case<'_>>> = HashMap::new();
+    // Per link type: matches checked, non-matches excluded by header fields, decisions of exact filters checked.
+    let mut seen: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
     for file in &files {
-        let Some((packets, _)) = read(file) else { continue };
-        for p in packets.iter().filter(|p| p.linktype == 1) {
-            let fields = plan::PacketFields::new(LinkType(1), &p.data, p.wirelen, 0);
-            for (f, need, m, exact) in &compiled {
+        let Some((packets, swapped)) = read(file) else { continue };
+        for p in &packets {
+            let cases = compiled.entry((p.linktype, swapped)).or_insert_with(|| {
+                let target = Target { linktype: LinkType(p.linktype), swapped };
+                parsed
+                    .iter()
+                    .filter_map(|(f, flt)| {
+                        let need = plan::necessary(flt);
+                        Some((*f, need.restrict(&header), need, flt.compile(target).ok()?, plan::exact(flt)))
+                    })
+                    .collect()
+            });
+            let fields = plan::PacketFields::new(LinkType(p.linktype), &p.data, p.wirelen, 0).swapped(swapped);
+            let tally = seen.entry(p.linktype).or_default();
+            for (f, by_header, need, m, exact) in cases.iter() {
                 let may = need.may_match(&|field| fields.get(field));
                 let hit = m.matches(&p.data, p.wirelen, 0);
                 if *exact && let Some(holds) = need.decide(&|field| fields.get(field)) {
                     assert_eq!(
                         holds,
                         hit,
-                        "`{f}` is marked exact but its condition `{need}` says {holds} on a packet of {}",
+                        "`{f}` is marked exact but its condition `{need}` says {holds} on a packet of link type {} in {}",
+                        p.linktype,
                         file.display()
                     );
-                    decided += 1;
+                    tally.2 += 1;
                 }
                 if hit {
-                    assert!(may, "`{f}` matches a packet of {} its condition `{need}` excludes", file.display());
-                    checked += 1;
-                } else if !may {
-                    narrowed += 1;
+                    let captured = !fields.has_header_fields() || need.may_match_captured(&|field| fields.get(field));
+                    assert!(
+                        may && captured,
+                        "`{f}` matches a packet of link type {} in {} its condition `{need}` excludes",
+                        p.linktype,
+                        file.display()
+                    );
+                    tally.0 += 1;
+                } else if !by_header.may_match(&|field| fields.get(field)) {
+                    tally.1 += 1;
                 }
             }
         }
     }
-    let exact = compiled.iter().filter(|c| c.3).count();
-    println!(
-        "planner: {checked} matches all satisfy their condition; {narrowed} non-matches excluded by it; {exact} filters exact, their conditions decided {decided} packets as the filters do"
-    );
-    assert!(checked > 0 && narrowed > 0 && decided > 0);
+    for (lt, (checked, narrowed, decided)) in &seen {
+        println!(
+            "planner, link type {lt}: {checked} matches all satisfy their condition; {narrowed} non-matches excluded by header fields; {decided} packets decided by exact conditions as by the filters"
+        );
+    }
+    let narrows = |lt: u32| seen.get(&lt).is_some_and(|t| t.1 > 0 && t.2 > 0);
+    assert!(narrows(1), "no Ethernet packet was narrowed");
+    if corpus_dir().is_some() {
+        // The corpus has traces of each: BSD null, PPP, PPP in HDLC framing, raw IP, raw IPv4, raw IPv6, Cisco
+        // HDLC, Linux SLL and SLL2.
+        for lt in [0, 9, 50, 101, 228, 229, 104, 113, 276] {
+            assert!(narrows(lt), "the planner's conditions never narrowed a packet of link type {lt}");
+        }
+    }
 }

@@ -36,6 +36,9 @@ pub struct IndexPlan {
     pub bytes: u64,
     /// The condition it answers.
     pub uses: Option<String>,
+    /// Candidates the planner expects, from the index's statistics (what the choice between reading them and a
+    /// scan weighs).
+    pub estimate: Option<u64>,
     /// Chunks with candidates (when the index is read).
     pub chunks_touched: Option<usize>,
     /// Candidate packets (when the index is read).

@@ -395,7 +395,7 @@ impl SegmentWriter {
     /// Bloom filters' sets, so that stage 1 never rules out a segment holding a match. Most equal the flow's
     /// endpoints, inserted with the flow.
     fn note_fields(&mut self, p: &PacketIn<'_>) {
-        let fields = PacketFields::new(self.linktype, p.data, p.wirelen, p.ts_ns);
+        let fields = PacketFields::new(self.linktype, p.data, p.wirelen, p.ts_ns).swapped(self.swapped);
         const FIELDS: [Field; 8] = [
             Field::Ip4Src,
             Field::Ip4Dst,

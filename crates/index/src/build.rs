@@ -5,14 +5,14 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use pcaptool_packet::{Compression, PacketFields, Record, Records, TraceError, TraceReader};
+use pcaptool_packet::{Compression, Record, Records, TraceError, TraceReader};
 use pcaptool_wavelet::{Encode, HuffmanWaveletTree, RrrBitVector, RrrParams, RsBitVector, RsParams, WaveletMatrix};
 use rustc_hash::FxHashMap;
 
 use crate::IndexError;
 use crate::chunk::{CHUNK_HEAD, PARTS, shape_of};
 use crate::format::identity;
-use crate::format::{BLOCK, HEADER_LEN, Header, Out, PAGE, VERSION, crc32, write_ef};
+use crate::format::{BLOCK, HEADER_LEN, Header, Out, PAGE, Reading, VERSION, crc32, write_ef};
 use crate::keys::{KEY_FIELDS, Key, key_and_flags, len_class, pair_keys, shape_rank, write_column};
 use crate::lanes::{assign, write_flows};
 use crate::shapes::group_by_lane;
@@ -120,13 +120,9 @@ impl Interner {
     }
 }
 
-fn cut<'a>(rec: &Record<'a>, snap: u32) -> &'a [u8] {
-    &rec.data[..rec.data.len().min(snap as usize)]
-}
-
 /// A packet's key and shape (TCP flags code and wire-length class).
-fn facts_of_record(rec: &Record<'_>, snap: u32) -> (Key, u32) {
-    let fields = PacketFields::new(rec.linktype, cut(rec, snap), rec.wirelen, rec.ts_ns);
+fn facts_of_record(rec: &Record<'_>, how: Reading) -> (Key, u32) {
+    let fields = how.fields(rec);
     let (key, flags) = key_and_flags(&fields);
     (key, shape_of(flags, len_class(rec.wirelen)))
 }
@@ -145,7 +141,7 @@ fn batch_len(chunk: usize) -> usize {
 }
 
 /// The facts of a batch of consecutive records, keys numbered in order of first appearance within the batch.
-fn batch_of(recs: &[Record<'_>], snap: u32) -> ChunkInput {
+fn batch_of(recs: &[Record<'_>], how: Reading) -> ChunkInput {
     let mut input = ChunkInput::new(0);
     let mut int = Interner::default();
     input.ids.reserve(recs.len());
@@ -156,7 +152,7 @@ fn batch_of(recs: &[Record<'_>], snap: u32) -> ChunkInput {
             ahead.prefetch_headers();
         }
         input.place(r.offset, r.ts_ns);
-        let (k, shape) = facts_of_record(r, snap);
+        let (k, shape) = facts_of_record(r, how);
         input.ids.push(int.id(&k));
         input.shapes.push(shape);
     }
@@ -211,7 +207,7 @@ fn send_done<'a, T>(tx: &std::sync::mpsc::Sender<Done<'a>>, job: impl FnOnce() -
 fn build_mapped<'a>(
     recs: &mut Records<'a>,
     chunk: usize,
-    snap: u32,
+    how: Reading,
     sink: &mut Sink,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Option<TraceError>, IndexError> {
@@ -257,7 +253,7 @@ fn build_mapped<'a>(
                     walked += 1;
                     batches_out += 1;
                     s.spawn(move |_| {
-                        send_done(&tx, move || (batch_of(&v, snap), v), |(f, v)| Done::Batch(seq, f, v));
+                        send_done(&tx, move || (batch_of(&v, how), v), |(f, v)| Done::Batch(seq, f, v));
                     });
                 }
             }
@@ -512,6 +508,9 @@ pub fn build(
     }
     let (trace_len, mtime_ns, head_crc, tail_crc) = identity(trace)?;
     let mut reader = TraceReader::open(trace)?;
+    // (A header that cannot be read is the walk's damage at offset 0, as before it was read here.)
+    let swapped = reader.read_header().ok().and(reader.format()).is_some_and(|f| f.swapped());
+    let how = Reading { snap: opts.snap, swapped, link_keys: true };
     let tmp = {
         let mut s = index.as_os_str().to_owned();
         s.push(".tmp");
@@ -531,7 +530,7 @@ pub fn build(
         sink.w.write_all(&[0u8; HEADER_LEN]).map_err(|e| IndexError::io(&tmp, e))?;
         if let Some(bytes) = reader.as_bytes() {
             let mut recs = Records::new(bytes).with_path(trace).track_structure();
-            let damage = build_mapped(&mut recs, chunk as usize, opts.snap, &mut sink, progress)?;
+            let damage = build_mapped(&mut recs, chunk as usize, how, &mut sink, progress)?;
             let stream_len = recs.position();
             Ok((recs.structure().to_vec(), damage, stream_len))
         } else {
@@ -551,7 +550,7 @@ pub fn build(
                     }
                     Some(Ok(r)) => {
                         input.place(r.offset, r.ts_ns);
-                        let (k, shape) = facts_of_record(&r, opts.snap);
+                        let (k, shape) = facts_of_record(&r, how);
                         input.ids.push(int.id(&k));
                         input.shapes.push(shape);
                         end = r.offset + u64::from(r.record_len);
@@ -582,6 +581,7 @@ pub fn build(
     let (packets, chunks, keys) = (sink.packets, sink.chunks, sink.keys);
     let header = |dir_offset: u64, dir_len: u64| Header {
         version: VERSION,
+        swapped,
         trace_len,
         head_crc,
         tail_crc,

@@ -5,15 +5,17 @@ use std::fs::File;
 use std::path::Path;
 
 use crate::IndexError;
+use pcaptool_packet::{PacketFields, Record};
 use pcaptool_wavelet::Crc32;
 
 /// The first four bytes of an index.
 pub const MAGIC: [u8; 4] = *b"PTIX";
 /// The format version this crate writes.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// The oldest format version this crate reads: version 4 differs from 5 only in storing the rank and select
 /// directories of its sequences and Elias-Fano high bits, which a reader rebuilds either way, and in having no raw
-/// key columns; both keep the shape sequence in time order, where version 6 groups it by lane symbol.
+/// key columns; both keep the shape sequence in time order, where version 6 groups it by lane symbol. Versions
+/// before 7 read header fields on Ethernet packets only (every other link type's are unknown).
 pub const OLDEST_READ: u16 = 4;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = 96;
@@ -180,11 +182,37 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// How an index reads a packet's fields, the same when it is built and when a packet read through it is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// Packets are cut to this many bytes first (`u32::MAX`: not cut).
+    pub snap: u32,
+    /// Whether the trace's byte order is not the host's (a null header's address family is in the trace's).
+    pub swapped: bool,
+    /// Whether link types other than Ethernet have header fields (format 7 on).
+    pub link_keys: bool,
+}
+
+impl Reading {
+    /// The fields of `rec` as the index defines them.
+    #[inline]
+    pub(crate) fn fields<'a>(&self, rec: &Record<'a>) -> PacketFields<'a> {
+        let data = &rec.data[..rec.data.len().min(self.snap as usize)];
+        let f = PacketFields::new(rec.linktype, data, rec.wirelen, rec.ts_ns).swapped(self.swapped);
+        if self.link_keys { f } else { f.ethernet_only() }
+    }
+}
+
+/// Header flag: the trace's byte order is not the host's.
+const FLAG_SWAPPED: u16 = 1;
+
 /// What the index knows of its trace and of itself (the header).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     /// The format version (the encoder writes [`VERSION`] whatever this says).
     pub version: u16,
+    /// Whether the trace's byte order is not the host's ([`Reading::swapped`]).
+    pub swapped: bool,
     pub trace_len: u64,
     pub head_crc: u32,
     pub tail_crc: u32,
@@ -205,11 +233,16 @@ pub(crate) struct Header {
 }
 
 impl Header {
+    /// How this index reads packets' fields.
+    pub(crate) fn reading(&self) -> Reading {
+        Reading { snap: self.snap, swapped: self.swapped, link_keys: self.version >= 7 }
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut o = Out::default();
         o.bytes(&MAGIC);
         o.u16(VERSION);
-        o.u16(0);
+        o.u16(if self.swapped { FLAG_SWAPPED } else { 0 });
         o.u32(HEADER_LEN as u32);
         o.u64(self.trace_len);
         o.u32(self.head_crc);
@@ -252,7 +285,11 @@ impl Header {
         if crc32(&b[..HEADER_LEN - 4]) != stored {
             return Err(HeaderError::Damaged("header checksum mismatch".into()));
         }
+        let flags = u16::from_le_bytes([b[6], b[7]]);
         let parse = || -> Result<Header, String> {
+            if flags & !FLAG_SWAPPED != 0 {
+                return Err(format!("unknown header flags {flags:#06x}"));
+            }
             let mut c = Cursor::new(&b[8..HEADER_LEN]);
             let header_len = c.u32()?;
             if header_len as usize != HEADER_LEN {
@@ -265,6 +302,7 @@ impl Header {
             c.bytes(3)?;
             let h = Header {
                 version,
+                swapped: flags & FLAG_SWAPPED != 0,
                 trace_len,
                 head_crc,
                 tail_crc,

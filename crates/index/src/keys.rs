@@ -594,7 +594,7 @@ mod tests {
         let mut keys: Vec<Key> = frames
             .iter()
             .map(|f| key_of(&PacketFields::new(LinkType::ETHERNET, f, 60, 0)))
-            .chain([key_of(&PacketFields::new(LinkType(101), &frames[0], 1500, 0))])
+            .chain([key_of(&PacketFields::new(LinkType(147), &frames[0], 1500, 0))])
             .collect();
         keys.dedup();
         // The first key's reverse joins its row.
@@ -669,7 +669,7 @@ mod tests {
                 .iter()
                 .map(|&(host, sport_hi, sport, unknown)| {
                     let f = frame([10, 0, 0, host], (sport_hi << 13) | (sport % 64));
-                    let link = if unknown { LinkType(101) } else { LinkType::ETHERNET };
+                    let link = if unknown { LinkType(147) } else { LinkType::ETHERNET };
                     key_of(&PacketFields::new(link, &f, if sport % 3 == 0 { 20 } else { 60 }, 0))
                 })
                 .collect();

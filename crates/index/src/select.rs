@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use pcaptool_packet::{Field, Need, PacketFields, Pred, Record, Seeker};
+use pcaptool_packet::{Field, Need, Pred, Record, Seeker};
 use rayon::prelude::*;
 
 use crate::IndexError;
@@ -171,8 +171,7 @@ impl<'a> IndexView<'a> {
 
     /// Checks that packet `i` of chunk `c`, read as `rec`, is the packet the index describes.
     fn check_read(&self, c: &ChunkView<'_>, i: usize, rec: &Record<'_>, trace: &Path) -> Result<(), IndexError> {
-        let snap = self.file.header.snap as usize;
-        let fields = PacketFields::new(rec.linktype, &rec.data[..rec.data.len().min(snap)], rec.wirelen, rec.ts_ns);
+        let fields = self.file.header.reading().fields(rec);
         if c.is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))? {
             Ok(())
         } else {
@@ -388,16 +387,11 @@ impl<'a> IndexView<'a> {
         Ok(end.saturating_sub(self.chunks[ci].block_offset(0).map_err(|d| self.corrupt(d))?))
     }
 
-    /// Whether packet `i` of chunk `ci` has the key the index gives it, seen as `fields` (for streamed traces).
-    pub fn is_packet(
-        &self,
-        ci: usize,
-        i: usize,
-        fields: &PacketFields<'_>,
-        wirelen: u32,
-        ts: u64,
-    ) -> Result<bool, IndexError> {
-        self.chunks[ci].is_packet(i, fields, wirelen, ts).map_err(|d| self.corrupt(d))
+    /// Whether packet `i` of chunk `ci` is `rec`: has the key, time and shape the index gives it (for streamed
+    /// traces, read in order).
+    pub fn is_record(&self, ci: usize, i: usize, rec: &Record<'_>) -> Result<bool, IndexError> {
+        let fields = self.file.header.reading().fields(rec);
+        self.chunks[ci].is_packet(i, &fields, rec.wirelen, rec.ts_ns).map_err(|d| self.corrupt(d))
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fs::File;
 
 use pcaptool_index::{IndexView, Selection};
-use pcaptool_packet::{Interface, PacketFields, Record, Seeker, TraceReader};
+use pcaptool_packet::{Interface, Record, Seeker, TraceReader};
 use pcaptool_query::Filter;
 use rayon::prelude::*;
 
@@ -310,8 +310,7 @@ impl Run<'_, '_> {
             if let Some((ci, i, global)) = next
                 && global == at
             {
-                let fields = PacketFields::new(rec.linktype, rec.data, rec.wirelen, rec.ts_ns);
-                if !view.is_packet(ci, i, &fields, rec.wirelen, rec.ts_ns).map_err(|e| index_error(view, e))? {
+                if !view.is_record(ci, i, &rec).map_err(|e| index_error(view, e))? {
                     return Err(mismatch(Mismatch::Packet { at }));
                 }
                 next = wanted.next();

@@ -50,15 +50,6 @@ impl std::fmt::Debug for TraceSource {
     }
 }
 
-fn swapped(reader: &TraceReader) -> bool {
-    match reader.format() {
-        Some(FileFormat::Pcap { big_endian, .. }) | Some(FileFormat::PcapNg { big_endian }) => {
-            big_endian != cfg!(target_endian = "big")
-        }
-        _ => false,
-    }
-}
-
 /// Whether `path` names standard input.
 fn is_stream(path: &Path) -> bool {
     path.as_os_str() == "-"
@@ -76,7 +67,7 @@ impl TraceSource {
             path: path.to_path_buf(),
             format: reader.format(),
             interfaces: reader.interfaces().to_vec(),
-            swapped: swapped(&reader),
+            swapped: reader.format().is_some_and(|f| f.swapped()),
             size: std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len()),
             first: Mutex::new(Some(reader)),
             index,
@@ -297,6 +288,7 @@ fn index_plan(view: &IndexView<'_>, choice: &Choice) -> Result<IndexPlan, Error>
         chunks: view.chunks().len(),
         bytes: view.file().size_bytes(),
         uses: choice.qplan.index.as_ref().map(|n| n.to_string()),
+        estimate: choice.qplan.estimate.map(|e| e.0),
         chunks_touched: reads.map(|r| r.0),
         candidates: reads.map(|r| r.1),
         trace_bytes_to_read: reads.map(|r| r.2),

@@ -58,6 +58,13 @@ pub enum FileFormat {
 }
 
 impl FileFormat {
+    /// Whether the file's byte order is not the host's (libpcap's `swapped`; for pcapng, the first section's,
+    /// as libpcap refuses files whose sections differ).
+    pub fn swapped(&self) -> bool {
+        let (FileFormat::Pcap { big_endian, .. } | FileFormat::PcapNg { big_endian }) = *self;
+        big_endian != cfg!(target_endian = "big")
+    }
+
     /// A short name: `pcap`, `pcap-ns`, `pcap-modified` or `pcapng`.
     pub fn name(&self) -> &'static str {
         match self {
