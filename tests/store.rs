@@ -518,3 +518,65 @@ fn flow_records_agree_with_tshark() {
     println!("flow records: {tuples} TCP/UDP tuples of {traces} traces agree with tshark's packet and byte counts");
     assert!(traces > 0 && tuples > 0);
 }
+
+/// On real traffic (every third of the corpus captures the real-traffic bench trace takes, merged: ARP and other
+/// packets of no flow, packets cut short and malformed ones), in segments of 2 MiB: a host no packet holds is ruled
+/// out by stage 1 in every segment and reads no packet data; a host only ARP packets hold (packets of no flow) is
+/// found through their summary, a needle skips the packets of no flow, and every answer equals the scan's.
+#[test]
+fn absent_hosts_read_nothing_and_packets_of_no_flow_are_found() {
+    use pcaptool_packet::{Field, FieldValue, PacketFields};
+    let Some(corpus) = corpus_dir() else { return };
+    let tmp = TempDir::new("store-no-flow");
+    let sources: Vec<PathBuf> = pcaptool_tests::realtrace::sources(&corpus).into_iter().step_by(3).collect();
+    let trace = tmp.join("real.pcap");
+    let f = std::io::BufWriter::new(std::fs::File::create(&trace).unwrap());
+    pcaptool_tests::realtrace::build(&sources, 1, 7, f).unwrap();
+    // Addresses of IP packets, and addresses only ARP packets hold.
+    let (mut ip, mut arp) = (std::collections::HashSet::new(), std::collections::BTreeSet::new());
+    let mut r = TraceReader::open(&trace).unwrap();
+    while let Some(Ok(rec)) = r.next_record() {
+        let f = PacketFields::new(rec.linktype, rec.data, rec.wirelen, rec.ts_ns);
+        for (field, to) in [(Field::Ip4Src, 0), (Field::Ip4Dst, 0), (Field::ArpSpa, 1), (Field::ArpTpa, 1)] {
+            if let FieldValue::Value(v) = f.get(field) {
+                if to == 0 {
+                    ip.insert(v as u32)
+                } else {
+                    arp.insert(v as u32)
+                };
+            }
+        }
+    }
+    let arp_only = arp.iter().find(|a| !ip.contains(a)).copied().expect("an address only ARP packets hold");
+    let arp_only = std::net::Ipv4Addr::from(arp_only).to_string();
+    let store = tmp.join("store");
+    let o = pcaptool(&["import", p(&trace), "--store", p(&store), "--segment-size", "2M"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let explain = |f: &str| -> serde_json::Value {
+        let o = pcaptool(&["query", p(&store), f, "--explain", "--json"]);
+        assert!(o.status.success(), "{}", err(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let absent = explain("host 192.0.2.77");
+    let segments = absent["store"]["segments"].as_u64().unwrap();
+    assert!(segments >= 5, "{segments} segments");
+    assert_eq!(absent["store"]["stage1_passed"], 0, "an absent host passes stage 1: {absent}");
+    assert_eq!(absent["store"]["bytes_to_read"], 0);
+    let arp_host = format!("host {arp_only}");
+    assert!(explain(&arp_host)["store"]["no_flow_packets"].as_u64().unwrap() > 0);
+    let mut skipped = 0;
+    for filter in ["host 192.0.2.77", arp_host.as_str(), "arp", "tcp port 443", "not ip", "udp and port 53"] {
+        let (a, b) = (tmp.join("store.pcap"), tmp.join("scan.pcap"));
+        let oa = pcaptool(&["query", p(&store), filter, "-w", p(&a)]);
+        let ob = pcaptool(&["query", "--scan", p(&trace), filter, "-w", p(&b)]);
+        assert!(oa.status.success() && ob.status.success(), "`{filter}`: {} {}", err(&oa), err(&ob));
+        assert_eq!(records(&a), records(&b), "`{filter}`: the store's answer differs from the scan's");
+        let e = explain(filter);
+        if e["store"]["no_flow_packets"] == 0 {
+            skipped += 1;
+        }
+    }
+    // The absent host and the TCP and UDP needles skip the packets of no flow.
+    assert!(skipped >= 3, "the packets of no flow were skipped for {skipped} filters");
+    println!("store of real traffic, {segments} segments: absent host reads nothing; ARP-only `{arp_host}` found");
+}

@@ -140,14 +140,17 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             s => bail!("unknown argument {s:?}"),
         }
     }
-    if only.as_deref() == Some("index") || only.is_none() {
-        index_section(packets)?;
-        if only.is_some() {
-            return Ok(());
+    if matches!(only.as_deref(), None | Some("index") | Some("store")) {
+        // Both sections on the generated trace, then on the trace of real traffic (when the corpus is there).
+        let traces = [Some(BenchTrace::generated(packets)?), BenchTrace::real()?];
+        for t in traces.iter().flatten() {
+            if matches!(only.as_deref(), None | Some("index")) {
+                index_section(t)?;
+            }
+            if matches!(only.as_deref(), None | Some("store")) {
+                store_section(t)?;
+            }
         }
-    }
-    if only.as_deref() == Some("store") || only.is_none() {
-        store_section(packets)?;
         if only.is_some() {
             return Ok(());
         }
@@ -299,35 +302,121 @@ fn query_section(bin: &Path, tcpdump: Option<&Path>, trace: &Path, n: u64, gb: f
     Ok(())
 }
 
-/// The index against tcpdump on a trace of `packets` packets (default 10M, over 2 GB): build time against one
-/// tcpdump filter pass, index size, a needle query (≤ 0.05% of the packets, a new process each time, so the index
-/// is loaded and checked each time) and a bulk query (≥ 40% of the bytes). Times are the best of several runs
-/// (build and tcpdump 3, queries 5).
-fn index_section(packets: u64) -> anyhow::Result<()> {
-    let dir = root().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    let trace = dir.join(format!("trace-{}M.pcap", packets / 1_000_000));
-    let opt = GenOptions { packets, ..GenOptions::default() };
-    if !trace.exists() {
-        eprintln!("generating {} ({packets} packets, seed {})...", trace.display(), opt.seed);
-        let t = Instant::now();
-        let s = gen_file(&trace, &opt)?;
-        eprintln!("  {} packets, {} bytes, {} flows in {:.1?}", s.packets, s.bytes, s.flows, t.elapsed());
+/// A trace the index and store sections run on, with the filters they time on it.
+struct BenchTrace {
+    label: &'static str,
+    path: PathBuf,
+    packets: u64,
+    /// Two needle filters (about 0.01% and 0.001% of the packets).
+    needles: [String; 2],
+    /// A host the trace does not hold, as a filter and as an IPv4 address.
+    absent: (String, u32),
+    /// The trace the absent-host lookup is timed on, and the segment counts it is cut into.
+    segments_from: PathBuf,
+    segment_counts: [u64; 3],
+}
+
+impl BenchTrace {
+    /// The generated trace of `packets` packets (default 10M, over 3 GB), generated if missing.
+    fn generated(packets: u64) -> anyhow::Result<BenchTrace> {
+        let dir = root().join("target/bench");
+        std::fs::create_dir_all(&dir)?;
+        let trace = dir.join(format!("trace-{}M.pcap", packets / 1_000_000));
+        let opt = GenOptions { packets, ..GenOptions::default() };
+        if !trace.exists() {
+            eprintln!("generating {} ({packets} packets, seed {})...", trace.display(), opt.seed);
+            let t = Instant::now();
+            let s = gen_file(&trace, &opt)?;
+            eprintln!("  {} packets, {} bytes, {} flows in {:.1?}", s.packets, s.bytes, s.flows, t.elapsed());
+        }
+        let small = dir.join("trace-1M.pcap");
+        if !small.exists() {
+            gen_file(&small, &GenOptions { packets: 1_000_000, ..GenOptions::default() })?;
+        }
+        Ok(BenchTrace {
+            label: "generated",
+            path: trace,
+            packets,
+            needles: ["host 10.0.1.25".into(), "host 10.0.7.99 and tcp port 443".into()],
+            absent: ("host 10.255.254.1".into(), 0x0aff_fe01),
+            segments_from: small,
+            segment_counts: [10, 100, 1000],
+        })
     }
+
+    /// The trace of real traffic (`cargo xtask real-trace`: 21 copies of the corpus's Ethernet captures), built
+    /// if missing; `None`, with a message, when ../shared/corpus is absent.
+    fn real() -> anyhow::Result<Option<BenchTrace>> {
+        let trace = root().join("target/bench/real-21.pcap");
+        if !trace.exists() {
+            let sources = pcaptool_tests::realtrace::sources(&root().join("../shared/corpus"));
+            if sources.is_empty() {
+                eprintln!("../shared/corpus is absent: the real-traffic part of the benchmark is skipped");
+                return Ok(None);
+            }
+            eprintln!("building {} from {} corpus captures...", trace.display(), sources.len());
+            let f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&trace)?);
+            pcaptool_tests::realtrace::build(&sources, 21, 1, f)?;
+        }
+        // Needles: the hosts whose packets come nearest 0.01% and 0.001% of the trace's.
+        let reader = TraceReader::open(&trace)?;
+        let map = reader.as_bytes().context("trace is memory-mapped")?;
+        let mut per_host: std::collections::HashMap<u32, u64> = Default::default();
+        let mut packets = 0u64;
+        for rec in Records::new(map).flatten() {
+            packets += 1;
+            let f = pcaptool_packet::PacketFields::new(rec.linktype, rec.data, rec.wirelen, rec.ts_ns);
+            let (a, b) = (f.get(pcaptool_packet::Field::Ip4Src), f.get(pcaptool_packet::Field::Ip4Dst));
+            for v in [a.value(), b.value()].into_iter().flatten() {
+                *per_host.entry(v as u32).or_default() += 1;
+            }
+        }
+        let nearest = |share: f64| {
+            let want = (packets as f64 * share).max(1.0);
+            let best = per_host.iter().min_by(|x, y| {
+                let d = |n: u64| (n as f64 - want).abs();
+                d(*x.1).total_cmp(&d(*y.1)).then(x.0.cmp(y.0))
+            });
+            format!("host {}", std::net::Ipv4Addr::from(best.map_or(0, |b| *b.0)))
+        };
+        // TEST-NET-1: documentation addresses, absent from real captures (the bench prints what it finds).
+        let absent = 0xc000_024d;
+        Ok(Some(BenchTrace {
+            label: "real traffic",
+            path: trace.clone(),
+            packets,
+            needles: [nearest(1e-4), nearest(1e-5)],
+            absent: (format!("host {}", std::net::Ipv4Addr::from(absent)), absent),
+            segments_from: trace,
+            segment_counts: [13, 100, 1000],
+        }))
+    }
+}
+
+/// The index against tcpdump on a bench trace: build time against one tcpdump filter pass, index size, two
+/// needle queries (a new process each time, so the index is loaded and checked each time) and a bulk query.
+/// Times are the best of several runs (build and tcpdump 3, queries 5).
+fn index_section(t: &BenchTrace) -> anyhow::Result<()> {
+    let dir = root().join("target/bench");
+    let (trace, packets) = (&t.path, t.packets);
     let bin = build_pcaptool()?;
     let tcpdump = which("tcpdump").context("the index benchmark compares with tcpdump: install it")?;
-    let trace_bytes = std::fs::metadata(&trace)?.len();
+    let trace_bytes = std::fs::metadata(trace)?.len();
     // Warm the page cache (the trace fits in memory on the benchmark machine).
-    warm(&trace)?;
-    println!("trace: {} ({packets} packets, {:.2} GB, page-cached)", trace.display(), trace_bytes as f64 / 1e9);
+    warm(trace)?;
+    println!(
+        "index, {} trace: {} ({packets} packets, {:.2} GB, page-cached)",
+        t.label,
+        trace.display(),
+        trace_bytes as f64 / 1e9
+    );
     println!();
     let index = PathBuf::from(format!("{}.ptidx", trace.display()));
     let _ = std::fs::remove_file(&index);
     // Best of three on both sides: this 2-core VM's timings swing by a quarter from run to run.
-    let t_build = command_time(3, Command::new(&bin).arg("index").arg(&trace))?;
-    warm(&trace)?;
-    let t_pass =
-        command_time(3, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
+    let t_build = command_time(3, Command::new(&bin).arg("index").arg(trace))?;
+    warm(trace)?;
+    let t_pass = command_time(3, Command::new(&tcpdump).arg("-r").arg(trace).args(["-w", "/dev/null", "tcp port 80"]))?;
     let index_bytes = std::fs::metadata(&index)?.len();
     println!("| measure | pcaptool | tcpdump | ratio | goal |");
     println!("|---|---|---|---|---|");
@@ -343,17 +432,17 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
         100.0 * index_bytes as f64 / trace_bytes as f64
     );
     for (what, filter, goal) in [
-        ("needle", "host 10.0.1.25", "≥ 200× faster, ≤ 0.05% of packets"),
-        ("needle", "host 10.0.7.99 and tcp port 443", "≥ 200× faster, ≤ 0.05% of packets"),
-        ("bulk", "tcp port 443", "≥ 1.5× faster, ≥ 40% of bytes"),
+        ("needle", t.needles[0].as_str(), "≥ 200× faster, ≤ 0.05% of packets"),
+        ("needle", t.needles[1].as_str(), "≥ 200× faster, ≤ 0.05% of packets"),
+        ("bulk", "tcp port 443", "≥ 1.5× faster"),
     ] {
         let out = dir.join("index-bench.out");
         // This VM's page cache sheds pages of a large file over time: read the trace again before each pair of
         // measurements, so that neither side pays for disk reads.
-        warm(&trace)?;
+        warm(trace)?;
         let count = Command::new(&bin)
             .arg("query")
-            .arg(&trace)
+            .arg(trace)
             .arg(filter)
             .args(["--count", "--json", "-w"])
             .arg(&out)
@@ -363,9 +452,9 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
         let via_index = j.get("index_candidates").is_some();
         let out_bytes = std::fs::metadata(&out)?.len();
         let _ = std::fs::remove_file(&out);
-        let ours = command_time(5, Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["-w", "/dev/null"]))?;
+        let ours = command_time(5, Command::new(&bin).arg("query").arg(trace).arg(filter).args(["-w", "/dev/null"]))?;
         let theirs =
-            command_time(3, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(filter))?;
+            command_time(3, Command::new(&tcpdump).arg("-r").arg(trace).args(["-w", "/dev/null"]).arg(filter))?;
         println!(
             "| {what} `{filter}`: {matched} packets ({:.4}% of packets, {:.1}% of bytes){} | {:.4} s | {:.2} s | {:.1}× | {goal} |",
             100.0 * matched as f64 / packets as f64,
@@ -382,11 +471,11 @@ fn index_section(packets: u64) -> anyhow::Result<()> {
     println!("| bulk filter | with the index (planner's choice) | `--scan` | scan time / index time |");
     println!("|---|---|---|---|");
     for filter in ["tcp port 443", "tcp", "udp", "ip6", "not port 80"] {
-        warm(&trace)?;
-        let with = command_time(3, Command::new(&bin).arg("query").arg(&trace).arg(filter).args(["-w", "/dev/null"]))?;
+        warm(trace)?;
+        let with = command_time(3, Command::new(&bin).arg("query").arg(trace).arg(filter).args(["-w", "/dev/null"]))?;
         let scan = command_time(
             3,
-            Command::new(&bin).arg("query").arg("--scan").arg(&trace).arg(filter).args(["-w", "/dev/null"]),
+            Command::new(&bin).arg("query").arg("--scan").arg(trace).arg(filter).args(["-w", "/dev/null"]),
         )?;
         println!(
             "| `{filter}` | {:.3} s | {:.3} s | {:.2} |",
@@ -403,36 +492,36 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| Path::is_file(p)))
 }
 
-/// The flow store against tcpdump and the trace index, on the trace of `packets` packets (default 10M, over 2 GB):
-/// import rate against one tcpdump pass, the index's size, one connection of about 1000 packets from the store
-/// against the same packets through the trace index, and a query for an absent host against the number of
-/// segments (10 to 1000, from the first 1M packets).
-fn store_section(packets: u64) -> anyhow::Result<()> {
+/// The flow store against tcpdump and the trace index, on a bench trace: import rate against one tcpdump pass,
+/// the index's size, one connection of about 1000 packets from the store against the same packets through the
+/// trace index, and a query for an absent host against the number of segments.
+fn store_section(t: &BenchTrace) -> anyhow::Result<()> {
     use pcaptool_flowstore::Store;
     use pcaptool_packet::{Field, Need, Pred};
     let dir = root().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    let trace = dir.join(format!("trace-{}M.pcap", packets / 1_000_000));
-    if !trace.exists() {
-        let opt = GenOptions { packets, ..GenOptions::default() };
-        eprintln!("generating {} ({packets} packets, seed {})...", trace.display(), opt.seed);
-        gen_file(&trace, &opt)?;
-    }
+    let (trace, packets) = (&t.path, t.packets);
     let bin = build_pcaptool()?;
     let tcpdump = which("tcpdump").context("the store benchmark compares with tcpdump: install it")?;
-    let trace_bytes = std::fs::metadata(&trace)?.len();
-    warm(&trace)?;
-    println!("trace: {} ({packets} packets, {:.2} GB, page-cached)", trace.display(), trace_bytes as f64 / 1e9);
+    let trace_bytes = std::fs::metadata(trace)?.len();
+    warm(trace)?;
+    println!(
+        "store, {} trace: {} ({packets} packets, {:.2} GB, page-cached)",
+        t.label,
+        trace.display(),
+        trace_bytes as f64 / 1e9
+    );
     println!();
-    let store_dir = dir.join(format!("store-{}M", packets / 1_000_000));
+    let stem = trace.file_stem().and_then(|s| s.to_str()).unwrap_or("trace");
+    let store_dir = dir.join(format!("store-{stem}"));
     let _ = std::fs::remove_dir_all(&store_dir);
-    let t_import = command_time(1, Command::new(&bin).arg("import").arg(&trace).arg("--store").arg(&store_dir))?;
-    let t_pass =
-        command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null", "tcp port 80"]))?;
+    let t_import = command_time(1, Command::new(&bin).arg("import").arg(trace).arg("--store").arg(&store_dir))?;
+    let t_pass = command_time(1, Command::new(&tcpdump).arg("-r").arg(trace).args(["-w", "/dev/null", "tcp port 80"]))?;
     let store = Store::open(&store_dir)?;
     let data: u64 = store.segments().iter().map(|s| s.stage1.bytes).sum();
     let index: u64 = store.segments().iter().map(|s| std::fs::metadata(&s.index).map_or(0, |m| m.len())).sum();
     let positions: u64 = store.segments().iter().map(|s| s.stage1.positions_bytes()).sum();
+    let sums: u64 =
+        store.segments().iter().map(|s| s.stage1.checksum_block().map_or(0, |b| 4 * s.stage1.bytes.div_ceil(b))).sum();
     println!("| measure | pcaptool | other | ratio | goal |");
     println!("|---|---|---|---|---|");
     println!(
@@ -444,8 +533,13 @@ fn store_section(packets: u64) -> anyhow::Result<()> {
     );
     println!(
         "| flow index (stages 1 and 2) as % of stored bytes | {:.3}% ({} B) | | | ≤ 0.25% |",
-        100.0 * (index - positions) as f64 / data as f64,
-        index - positions
+        100.0 * (index - positions - sums) as f64 / data as f64,
+        index - positions - sums
+    );
+    println!(
+        "| data checksums (CRC-32C per 16 KiB) as % of stored bytes | {:.3}% ({} B) | | | |",
+        100.0 * sums as f64 / data as f64,
+        sums
     );
     println!(
         "| original-order positions as % of stored bytes | {:.3}% ({:.2} B/packet) | | | |",
@@ -466,14 +560,14 @@ fn store_section(packets: u64) -> anyhow::Result<()> {
     );
     let index_path = PathBuf::from(format!("{}.ptidx", trace.display()));
     if !index_path.exists() {
-        command_time(1, Command::new(&bin).arg("index").arg(&trace))?;
+        command_time(1, Command::new(&bin).arg("index").arg(trace))?;
     }
     let t_flow = command_time(
         5,
         Command::new(&bin).arg("query").arg(&store_dir).args(["--flow", &flow.id.to_string(), "-w", "/dev/null"]),
     )?;
-    let t_idx = command_time(5, Command::new(&bin).arg("query").arg(&trace).arg(&filter).args(["-w", "/dev/null"]))?;
-    let t_dump = command_time(1, Command::new(&tcpdump).arg("-r").arg(&trace).args(["-w", "/dev/null"]).arg(&filter))?;
+    let t_idx = command_time(5, Command::new(&bin).arg("query").arg(trace).arg(&filter).args(["-w", "/dev/null"]))?;
+    let t_dump = command_time(1, Command::new(&tcpdump).arg("-r").arg(trace).args(["-w", "/dev/null"]).arg(&filter))?;
     println!(
         "| one {n}-packet connection (`--flow {}`), new process, vs the trace index | {:.4} s | {:.4} s | {:.1}× | ≥ 10× |",
         flow.id,
@@ -519,20 +613,19 @@ fn store_section(packets: u64) -> anyhow::Result<()> {
         100.0 * t_sums.as_secs_f64() / t_cli.as_secs_f64()
     );
     // An absent host against the number of segments.
-    let small = dir.join("trace-1M.pcap");
-    if !small.exists() {
-        gen_file(&small, &GenOptions { packets: 1_000_000, ..GenOptions::default() })?;
-    }
-    let small_bytes = std::fs::metadata(&small)?.len();
-    let absent = Need::Pred(Pred::range(Field::Ip4Src, 0x0aff_fe01, 0x0aff_fe01));
-    let absent = Need::or(vec![absent, Need::Pred(Pred::range(Field::Ip4Dst, 0x0aff_fe01, 0x0aff_fe01))]);
-    for segs in [10u64, 100, 1000] {
-        let d = dir.join(format!("store-1M-{segs}"));
+    let small = &t.segments_from;
+    let small_bytes = std::fs::metadata(small)?.len();
+    let host = u128::from(t.absent.1);
+    let absent = Need::Pred(Pred::range(Field::Ip4Src, host, host));
+    let absent = Need::or(vec![absent, Need::Pred(Pred::range(Field::Ip4Dst, host, host))]);
+    let small_stem = small.file_stem().and_then(|s| s.to_str()).unwrap_or("trace");
+    for segs in t.segment_counts {
+        let d = dir.join(format!("store-{small_stem}-{segs}"));
         let _ = std::fs::remove_dir_all(&d);
         let seg_size = (small_bytes / segs).max(64 << 10);
         let st = Command::new(&bin)
             .arg("import")
-            .arg(&small)
+            .arg(small)
             .arg("--store")
             .arg(&d)
             .args(["--segment-size", &seg_size.to_string()])
@@ -545,7 +638,7 @@ fn store_section(packets: u64) -> anyhow::Result<()> {
         let store = store?;
         let (t_q, r) = best(20, || store.query(&absent, &mut |_| true));
         let st = r?;
-        let t_cold = command_time(5, Command::new(&bin).arg("query").arg(&d).args(["host 10.255.254.1", "--count"]))?;
+        let t_cold = command_time(5, Command::new(&bin).arg("query").arg(&d).args([t.absent.0.as_str(), "--count"]))?;
         println!(
             "| absent host, {} segments ({} read past stage 1): in memory / store open / new process | {:.3} ms / {:.1} ms / {:.1} ms | | | flat, ≤ 2 ms |",
             store.segments().len(),

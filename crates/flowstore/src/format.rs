@@ -10,8 +10,9 @@ use crate::flow::{ConnState, Flow, Side};
 
 /// First bytes of a segment index.
 pub const MAGIC: [u8; 4] = *b"PTSG";
-/// Format version of the segment indexes written (version 2, without data checksums, is still read).
-pub const VERSION: u16 = 3;
+/// Format version of the segment indexes written (versions 2, without data checksums, and 3, with a Bloom filter
+/// of flow ids, blocks of 256 flows and no summary of the packets of no flow, are still read).
+pub const VERSION: u16 = 4;
 /// Interfaces a segment holds at most (a packet's index among them takes 16 bits in the writer).
 pub const MAX_IFACES: usize = 1 << 16;
 /// False-positive rate the Bloom filters are sized for.

@@ -121,8 +121,9 @@ fn put32(b: &mut [u8], at: usize, v: u32) -> Option<()> {
 /// The checksums of stage 2 at `at2` (`len2` bytes, then `lenp` bytes of positions): see docs/format/segment.md.
 fn reseal_stage2(b: &mut [u8], at2: usize, len2: usize, lenp: usize) -> Option<()> {
     let (n_blocks, dict_z, post_z) = (le32(b, at2 + 12)?, le32(b, at2 + 16)?, le32(b, at2 + 24)?);
-    let dir_at = at2.checked_add(36)?.checked_add(dict_z)?;
-    let head_end = dir_at.checked_add(n_blocks.checked_mul(40)?)?;
+    let no_flow_len = le32(b, at2 + 36)?;
+    let dir_at = at2.checked_add(40)?.checked_add(dict_z)?;
+    let head_end = dir_at.checked_add(n_blocks.checked_mul(40)?)?.checked_add(no_flow_len)?;
     let post_at = head_end.checked_add(4)?;
     let end2 = at2.checked_add(len2)?;
     let end_p = end2.checked_add(lenp)?;

@@ -75,11 +75,11 @@ impl Segment {
             return Err(corrupt(0, "no PTSG magic".into()));
         }
         let version = u16::from_le_bytes([h[4], h[5]]);
-        if version != VERSION && version != 2 {
+        if !(2..=VERSION).contains(&version) {
             return Err(corrupt(
                 4,
                 format!(
-                    "segment format version {version}; this pcaptool reads versions 2 and {VERSION}: import the \
+                    "segment format version {version}; this pcaptool reads versions 2 to {VERSION}: import the \
                      traces again into a new store"
                 ),
             ));
@@ -130,6 +130,8 @@ impl Segment {
         let end2 = at2u.checked_add(len2).ok_or_else(|| bad("stage sizes"))?;
         let endp = end2.checked_add(lenp).filter(|&e| e <= b.len()).ok_or_else(|| bad("stages past the file"))?;
         let frame = Frame {
+            version: s1.version,
+            unknown_fields: s1.unknown_fields,
             slots: s1.flows as usize + 1,
             t_min: s1.t_min,
             data_bytes: s1.bytes,

@@ -56,10 +56,84 @@ pub struct SourceMark {
     pub ends: u32,
 }
 
+/// The flow ids a segment holds: a Bloom filter of them (formats 2 and 3), or the ids themselves as runs of
+/// consecutive ids, increasing (format 4: exact, and on real traffic a tenth of the filter's size, as a segment's
+/// new flows take consecutive ids).
+#[derive(Clone, Debug)]
+pub(crate) enum FlowIds {
+    Bloom(Bloom),
+    /// First and last id of each run.
+    Runs(Vec<(u64, u64)>),
+}
+
+impl FlowIds {
+    /// The runs of `ids` (increasing).
+    pub(crate) fn runs(ids: impl IntoIterator<Item = u64>) -> FlowIds {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for id in ids {
+            match runs.last_mut() {
+                Some(r) if r.1.checked_add(1) == Some(id) => r.1 = id,
+                _ => runs.push((id, id)),
+            }
+        }
+        FlowIds::Runs(runs)
+    }
+
+    fn may_contain(&self, id: u64) -> bool {
+        match self {
+            FlowIds::Bloom(b) => b.may_contain(&id.to_le_bytes()),
+            FlowIds::Runs(r) => {
+                let i = r.partition_point(|&(first, _)| first <= id);
+                i > 0 && r[i - 1].1 >= id
+            }
+        }
+    }
+
+    /// Format 4's encoding: the number of runs (u32), then per run the gap from the previous run's end (from 0
+    /// for the first) and its length less one, as varints.
+    fn encode(&self, o: &mut Vec<u8>) {
+        let FlowIds::Runs(runs) = self else { return };
+        o.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+        let mut next = 0u64;
+        for &(first, last) in runs {
+            crate::codec::put_varint(o, first - next);
+            crate::codec::put_varint(o, last - first);
+            next = last.saturating_add(1);
+        }
+    }
+
+    fn decode(r: &mut Rd<'_>, flows: u32) -> Result<FlowIds, String> {
+        let n = r.u32()?;
+        if n > flows {
+            return Err(format!("{n} runs of flow ids for {flows} flows"));
+        }
+        let mut runs = Vec::with_capacity(n as usize);
+        let (mut next, mut count) = (0u64, 0u64);
+        for _ in 0..n {
+            let mut at = r.at;
+            let gap = crate::codec::get_varint(r.b, &mut at).ok_or("flow id runs truncated")?;
+            let len = crate::codec::get_varint(r.b, &mut at).ok_or("flow id runs truncated")?;
+            r.at = at;
+            let first = next.checked_add(gap).ok_or("flow ids overflow")?;
+            let last = first.checked_add(len).ok_or("flow ids overflow")?;
+            if !runs.is_empty() && gap == 0 {
+                return Err("flow id runs not apart".into());
+            }
+            count = count.saturating_add(len + 1);
+            runs.push((first, last));
+            next = last.saturating_add(1);
+        }
+        if count != u64::from(flows) {
+            return Err(format!("flow id runs of {count} ids for {flows} flows"));
+        }
+        Ok(FlowIds::Runs(runs))
+    }
+}
+
 /// A segment's first stage: kept in memory for every segment of a store.
 #[derive(Clone, Debug)]
 pub struct Stage1 {
-    /// The index's format version (2 or 3).
+    /// The index's format version (2 to 4).
     pub version: u16,
     /// The segment's number.
     pub number: u32,
@@ -89,13 +163,14 @@ pub struct Stage1 {
     pub flow_min: u64,
     /// See `flow_min`.
     pub flow_max: u64,
-    /// Whether some packet's address or port fields are unknown to the Bloom filters.
+    /// Whether the packets' header fields are not read (a link type without fields a filter reads positionally):
+    /// the Bloom filters then rule nothing out. Before format 4, also set by packets cut short.
     pub unknown_fields: bool,
     /// The trace the packets were imported from (`None` for a capture or a stream).
     pub source: Option<SourceMark>,
     pub(crate) addr_bloom: Bloom,
     pub(crate) port_bloom: Bloom,
-    pub(crate) id_bloom: Bloom,
+    pub(crate) ids: FlowIds,
     pub(crate) stage2_len: u64,
     pub(crate) positions_len: u64,
     /// log2 of the data checksum block size (0: no checksums, a version 2 segment).
@@ -169,13 +244,18 @@ impl Stage1 {
         for v in [self.flow_min, self.flow_max, self.stage2_len, self.positions_len] {
             o.extend_from_slice(&v.to_le_bytes());
         }
-        for b in [&self.addr_bloom, &self.port_bloom, &self.id_bloom] {
+        let id_bloom = match &self.ids {
+            FlowIds::Bloom(b) => Some(b),
+            FlowIds::Runs(_) => None,
+        };
+        for b in [Some(&self.addr_bloom), Some(&self.port_bloom), id_bloom].into_iter().flatten() {
             o.extend_from_slice(&b.k().to_le_bytes());
             o.extend_from_slice(&(b.words().len() as u32).to_le_bytes());
             for w in b.words() {
                 o.extend_from_slice(&w.to_le_bytes());
             }
         }
+        self.ids.encode(&mut o);
         o.extend_from_slice(&self.sums_crc.to_le_bytes());
         o.extend_from_slice(&(self.ifaces.len() as u32).to_le_bytes());
         for f in &self.ifaces {
@@ -198,7 +278,7 @@ impl Stage1 {
         o
     }
 
-    /// Decodes a stage 1 body of format `version` (2 or 3).
+    /// Decodes a stage 1 body of format `version` (2 to 4).
     pub(crate) fn decode(b: &[u8], version: u16) -> Result<Stage1, String> {
         let mut r = Rd { b, at: 0 };
         let number = r.u32()?;
@@ -234,7 +314,7 @@ impl Stage1 {
         };
         let addr_bloom = bloom(&mut r)?;
         let port_bloom = bloom(&mut r)?;
-        let id_bloom = bloom(&mut r)?;
+        let ids = if version >= 4 { FlowIds::decode(&mut r, flows)? } else { FlowIds::Bloom(bloom(&mut r)?) };
         let name = |r: &mut Rd<'_>| -> Result<String, String> {
             let len = r.u8()? as usize;
             String::from_utf8(r.take(len)?.to_vec()).map_err(|_| "interface name not UTF-8".to_string())
@@ -292,7 +372,7 @@ impl Stage1 {
             source,
             addr_bloom,
             port_bloom,
-            id_bloom,
+            ids,
             stage2_len,
             positions_len,
             block_log2,
@@ -318,7 +398,7 @@ impl Stage1 {
 
     /// Whether the segment may hold packets of flow `id` (its id range and a Bloom filter of its flow ids).
     pub fn may_hold_flow(&self, id: u64) -> bool {
-        (self.flow_min..=self.flow_max).contains(&id) && self.id_bloom.may_contain(&id.to_le_bytes())
+        (self.flow_min..=self.flow_max).contains(&id) && self.ids.may_contain(id)
     }
 
     /// Whether the segment may hold a packet satisfying `need` (false only when it cannot).

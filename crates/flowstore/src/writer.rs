@@ -17,8 +17,8 @@ use crate::codec::{put_varint, seal};
 use crate::dataout::DataOut;
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, SlotCache};
-use crate::stage1::{SegmentIface, SourceMark, Stage1, StoreMeta, iface_bits};
-use crate::stage2::{self, Endpoints, SlotIn};
+use crate::stage1::{FlowIds, SegmentIface, SourceMark, Stage1, StoreMeta, iface_bits};
+use crate::stage2::{self, Endpoints, NoFlow, NoFlowSets, SlotIn};
 use crate::sums::BLOCK_LOG2;
 
 use crate::format::*;
@@ -64,8 +64,6 @@ const ARENA_MIN: usize = 64 << 10;
 #[derive(Debug)]
 struct SlotFlow {
     flow: Flow,
-    /// 1 a flow, 0 the packets of no flow.
-    kind: u8,
 }
 
 /// A writer's containers, which a closed writer hands to the next (their memory is already faulted in).
@@ -171,8 +169,10 @@ pub struct SegmentWriter {
     /// The packets, in the order they came; the flow slots (slot 0: packets of no flow); the Bloom filters' address
     /// and port sets.
     mem: Spare,
-    /// Some packet's address or port fields are unknown (cut, or a link type whose fields are not read).
+    /// The link type's header fields are not read (so the Bloom filters cannot rule packets out).
     unknown_fields: bool,
+    /// What the packets of no flow hold.
+    no_flow: NoFlowSets,
     /// Whether `slot_of` is kept (see [`index_slots`](Self::index_slots)).
     indexed: bool,
     packets: usize,
@@ -203,11 +203,12 @@ impl SegmentWriter {
             source: None,
             mem: {
                 spare.clear();
-                spare.slots.push(SlotFlow { flow: no_flow(), kind: 0 });
+                spare.slots.push(SlotFlow { flow: no_flow() });
                 spare.last.push(0);
                 spare
             },
             unknown_fields: false,
+            no_flow: NoFlowSets::default(),
             indexed: false,
             packets: 0,
             record_bytes: 0,
@@ -325,7 +326,7 @@ impl SegmentWriter {
             }
         };
         if !p.fields_in_key {
-            self.note_fields(p);
+            self.note_fields(p, slot == 0);
         }
         let state = p.flow.map_or(ConnState::Oth, |f| f.3);
         let len = p.data.len();
@@ -384,7 +385,7 @@ impl SegmentWriter {
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
         let (slots, last) = (&mut self.mem.slots, &mut self.mem.last);
         let mut new = || {
-            slots.push(SlotFlow { flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() }, kind: 1 });
+            slots.push(SlotFlow { flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() } });
             last.push(0);
             (slots.len() - 1) as u32
         };
@@ -393,9 +394,19 @@ impl SegmentWriter {
 
     /// Puts every address and port value a filter could test on this packet, as the filter reads it, into the
     /// Bloom filters' sets, so that stage 1 never rules out a segment holding a match. Most equal the flow's
-    /// endpoints, inserted with the flow.
-    fn note_fields(&mut self, p: &PacketIn<'_>) {
+    /// endpoints, inserted with the flow. A field cut short by the snapshot length is left out: the exact values
+    /// and short port ranges the filters test need all of its bytes, and libpcap rejects a packet whose test
+    /// reads past its bytes (see `Need::may_match_captured`). A packet of no flow (`no_flow`) is noted in stage
+    /// 2's summary too.
+    fn note_fields(&mut self, p: &PacketIn<'_>, no_flow: bool) {
         let fields = PacketFields::new(self.linktype, p.data, p.wirelen, p.ts_ns).swapped(self.swapped);
+        if !fields.has_header_fields() {
+            self.unknown_fields = true;
+            return;
+        }
+        if no_flow {
+            NoFlow::note(&mut self.no_flow, &fields);
+        }
         const FIELDS: [Field; 8] = [
             Field::Ip4Src,
             Field::Ip4Dst,
@@ -440,8 +451,7 @@ impl SegmentWriter {
                         self.mem.ports.insert(v as u16);
                     }
                 }
-                FieldValue::Unknown => self.unknown_fields = true,
-                FieldValue::Missing => {}
+                FieldValue::Unknown | FieldValue::Missing => {}
             }
         }
     }
@@ -619,8 +629,9 @@ impl SegmentWriter {
 
         // Stage 1: what rules the segment out without reading further.
         let nslots = self.mem.slots.len();
-        let (addr_bloom, port_bloom, id_bloom) = self.blooms(&ends);
-        let ids = self.mem.slots.iter().filter(|s| s.kind == 1).map(|s| s.flow.id);
+        let (addr_bloom, port_bloom) = self.blooms(&ends);
+        // (`order` has the slots in id order after slot 0.)
+        let ids = order.iter().skip(1).map(|&s| self.mem.slots[s as usize].flow.id);
         let stage1 = Stage1 {
             version: VERSION,
             number,
@@ -638,19 +649,19 @@ impl SegmentWriter {
             t_max,
             seq_min: if self.packets == 0 { 0 } else { self.first_seq },
             seq_max: self.last_seq,
-            flow_min: ids.clone().min().unwrap_or(u64::MAX),
-            flow_max: ids.max().unwrap_or(0),
+            flow_min: ids.clone().next().unwrap_or(u64::MAX),
+            flow_max: ids.clone().next_back().unwrap_or(0),
             unknown_fields: self.unknown_fields,
             addr_bloom,
             port_bloom,
-            id_bloom,
+            ids: FlowIds::runs(ids),
             stage2_len: 0,
             stage2_at: 0,
             positions_len: 0,
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
-        let s2 = stage2::encode(&ins, &ends, stage1.t_min, &positions);
+        let s2 = stage2::encode(&ins, &ends, &NoFlow::of(&self.no_flow), stage1.t_min, &positions);
         let mut stage1 = stage1;
         stage1.stage2_len = s2.len() as u64;
         stage1.positions_len = positions.len() as u64;
@@ -664,7 +675,7 @@ impl SegmentWriter {
     }
     /// Stage 1's Bloom filters: every address and port a filter can read from the segment's packets (the flows'
     /// endpoints and the values off their keys), and the flow ids.
-    fn blooms(&self, ends: &Endpoints) -> (Bloom, Bloom, Bloom) {
+    fn blooms(&self, ends: &Endpoints) -> (Bloom, Bloom) {
         let extra_addrs: Vec<&[u8; 17]> =
             self.mem.addrs.iter().filter(|a| ends.addrs.binary_search(a).is_err()).collect();
         let mut addr_bloom = Bloom::with_rate(ends.addrs.len() + extra_addrs.len(), BLOOM_FPR);
@@ -677,11 +688,7 @@ impl SegmentWriter {
         for p in ends.ports.iter().chain(&extra_ports) {
             port_bloom.insert(&p.to_be_bytes());
         }
-        let mut id_bloom = Bloom::with_rate(self.mem.slots.len() - 1, BLOOM_FPR);
-        for sf in self.mem.slots.iter().skip(1) {
-            id_bloom.insert(&sf.flow.id.to_le_bytes());
-        }
-        (addr_bloom, port_bloom, id_bloom)
+        (addr_bloom, port_bloom)
     }
 }
 
