@@ -576,7 +576,8 @@ fn absent_hosts_read_nothing_and_packets_of_no_flow_are_found() {
             skipped += 1;
         }
     }
-    // The absent host and the TCP and UDP needles skip the packets of no flow.
+    // The absent host and the TCP and UDP needles skip the packets of no flow; --explain says how many.
     assert!(skipped >= 3, "the packets of no flow were skipped for {skipped} filters");
+    assert!(explain("tcp port 443")["store"]["no_flow_skipped"].as_u64().unwrap() > 0);
     println!("store of real traffic, {segments} segments: absent host reads nothing; ARP-only `{arp_host}` found");
 }

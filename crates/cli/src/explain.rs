@@ -38,10 +38,11 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
             s.segments
         );
         outln!(
-            "stage 2:   {} flows and {} packets of no flow to read, {} bytes (one read each, checked against its \
-             checksums); the filter runs on their packets",
+            "stage 2:   {} flows and {} packets of no flow to read ({} more ruled out by their summary), {} bytes (one \
+             read each, checked against its checksums); the filter runs on their packets",
             s.flows,
             s.no_flow_packets,
+            s.no_flow_skipped,
             s.bytes_to_read
         );
         for d in &s.damaged {

@@ -70,6 +70,8 @@ pub struct StorePlan {
     pub flows: u64,
     /// Packets of no flow to read.
     pub no_flow_packets: u64,
+    /// Packets of no flow in the segments stage 1 lets through that their segment's summary rules out.
+    pub no_flow_skipped: u64,
     /// Bytes of packet data to read (one read each, checked against its checksums).
     pub bytes_to_read: u64,
     /// Segments that cannot be read.

@@ -101,10 +101,14 @@ impl StoreSource {
         let kinds = Kinds::of(store);
         let matchers = self.matchers(req.filter.as_ref(), &kinds)?;
         let mut passed = 0;
-        let (mut flows, mut no_flow, mut bytes) = (0u64, 0u64, 0u64);
+        let (mut flows, mut no_flow, mut bytes, mut no_flow_skipped) = (0u64, 0u64, 0u64, 0u64);
         for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
             passed += 1;
-            let entries = seg.stage2().and_then(|s2| s2.candidates(&need)).map_err(|e| self.read_error(e))?;
+            let s2 = seg.stage2().map_err(|e| self.read_error(e))?;
+            if !s2.no_flow_may_match(&need) {
+                no_flow_skipped += u64::from(s2.no_flow_entry().map_err(|e| self.read_error(e))?.packets);
+            }
+            let entries = s2.candidates(&need).map_err(|e| self.read_error(e))?;
             for e in entries.iter().filter(|e| e.packets > 0) {
                 if e.is_no_flow() {
                     no_flow += u64::from(e.packets);
@@ -121,8 +125,9 @@ impl StoreSource {
                 Strategy::Stages,
                 format!(
                     "stage 1: {passed} of {segments} segments may hold matches (time range, Bloom filters); stage 2: \
-                     {flows} flows and {no_flow} packets of no flow to read, {bytes} bytes (one read each, checked \
-                     against its checksums); the filter runs on their packets"
+                     {flows} flows and {no_flow} packets of no flow to read ({no_flow_skipped} more ruled out by their \
+                     summary), {bytes} bytes (one read each, checked against its checksums); the filter runs on \
+                     their packets"
                 ),
             ),
         };
@@ -145,6 +150,7 @@ impl StoreSource {
                 stage1_passed: passed,
                 flows,
                 no_flow_packets: no_flow,
+                no_flow_skipped,
                 bytes_to_read: bytes,
                 damaged: store
                     .damaged()

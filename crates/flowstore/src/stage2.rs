@@ -929,6 +929,12 @@ impl Stage2 {
         Ok(out)
     }
 
+    /// The entry of the segment's packets of no flow (slot 0).
+    pub fn no_flow_entry(&self) -> Result<FlowEntry, StoreError> {
+        let first = self.block(0)?.into_iter().next();
+        first.filter(FlowEntry::is_no_flow).ok_or_else(|| self.corrupt("no entry for the packets of no flow".into()))
+    }
+
     /// Whether the segment's packets of no flow may hold a packet satisfying `need`.
     pub fn no_flow_may_match(&self, need: &Need) -> bool {
         self.frame.unknown_fields || self.no_flow.as_ref().is_none_or(|n| n.may_match(need))
