@@ -144,7 +144,8 @@ pub fn build(sources: &[PathBuf], copies: u32, seed: u64, w: impl Write) -> std:
             continue;
         }
         files += 1;
-        let mut t = EPOCH_NS + rng.below(SPREAD_NS);
+        // Offsets in whole microseconds: a trace of microsecond precision keeps its precision.
+        let mut t = EPOCH_NS + rng.below(SPREAD_NS / 1000) * 1000;
         let mut prev = mine[0].0;
         for (i, (ts, wirelen, data)) in mine.into_iter().enumerate() {
             t += ts.saturating_sub(prev).min(MAX_GAP_NS);
@@ -158,7 +159,7 @@ pub fn build(sources: &[PathBuf], copies: u32, seed: u64, w: impl Write) -> std:
     let mut stats = RealStats { files, packets_per_copy: packets.len() as u64, span_ns: span, ..RealStats::default() };
     let mut buf = Vec::new();
     for k in 0..copies {
-        let shift = u64::from(k) * (span + 1_000_000_000);
+        let shift = u64::from(k) * (span.div_ceil(1000) * 1000 + 1_000_000_000);
         for (t, _, _, wirelen, data) in &packets {
             buf.clear();
             buf.extend_from_slice(data);

@@ -18,7 +18,7 @@ pub use crate::stage2::{FlowEntry, Stage2};
 use crate::sums::Checked;
 
 use crate::format::*;
-pub use crate::format::{BLOOM_FPR, MAGIC, MAX_IFACES, VERSION, segment_paths};
+pub use crate::format::{ADDR_BLOOM_FPR, BLOOM_FPR, MAGIC, MAX_IFACES, VERSION, segment_paths};
 pub use crate::writer::{PacketIn, SegmentWriter};
 
 /// A packet read back from a store.

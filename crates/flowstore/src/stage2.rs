@@ -33,7 +33,8 @@ const ZSTD_LEVEL: i32 = 5;
 const COLUMNS: usize = 20;
 /// Bytes of a directory entry.
 const DIR_ENTRY: usize = 40;
-/// Bytes of the fixed part of stage 2 (format 4; 36 before, without the summary of the packets of no flow).
+/// Bytes of the fixed part of stage 2 (formats 4 and 5; 36 before, without the summary of the packets of no
+/// flow).
 const FIXED: usize = 40;
 
 /// A flow of a segment as its index describes it.
@@ -305,9 +306,40 @@ fn usual_headers(key: &FlowKey, slot0: bool) -> u64 {
 }
 
 /// The column values of one entry (see the format's block layout).
-fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64, slot0: bool) -> [u64; COLUMNS] {
+/// The difference `a - b` of two timestamps in units of `unit` (both multiples of it), as a wrapping difference.
+fn in_units(a: u64, b: u64, unit: u64) -> u64 {
+    (a.wrapping_sub(b) as i64 / unit as i64) as u64
+}
+
+/// The unit every timestamp of a block's slots is a multiple of: 1000 (all whole microseconds, as from traces of
+/// microsecond precision) or 1. The empty entry of no flow's sentinel times do not count.
+fn time_unit(slots: &[SlotIn<'_>]) -> u64 {
+    let mut times = slots.iter().filter(|s| !is_empty_no_flow(s.flow)).flat_map(|s| [s.flow.first_ns, s.flow.last_ns]);
+    if times.all(|t| t % 1000 == 0) { 1000 } else { 1 }
+}
+
+/// Whether `f` is the entry of no flow holding no packet (its times are the sentinels `u64::MAX` and 0).
+fn is_empty_no_flow(f: &Flow) -> bool {
+    f.id == u64::MAX && f.orig.packets == 0 && f.resp.packets == 0
+}
+
+/// A slot's columns. Its first timestamp is a difference to `prev_first`, and its last one to its first, in
+/// units of `unit`; the empty entry of no flow stores 0 for both (format 5).
+fn row(
+    s: &SlotIn<'_>,
+    codes: (u64, u64),
+    prev_id: Option<u64>,
+    prev_first: u64,
+    slot0: bool,
+    unit: u64,
+) -> [u64; COLUMNS] {
     let f = s.flow;
     let packets = f.orig.packets + f.resp.packets;
+    let (first, last) = if slot0 && is_empty_no_flow(f) {
+        (0, 0)
+    } else {
+        (zigzag(in_units(f.first_ns, prev_first, unit)), in_units(f.last_ns, f.first_ns, unit))
+    };
     let h = usual_headers(&f.key, slot0);
     let hdr = |side: &Side| zigzag(side.bytes.wrapping_sub(side.payload).wrapping_sub(h.wrapping_mul(side.packets)));
     let stored = packets.wrapping_mul(16).wrapping_add(f.orig.bytes).wrapping_add(f.resp.bytes);
@@ -322,8 +354,8 @@ fn row(s: &SlotIn<'_>, codes: (u64, u64), prev_id: Option<u64>, prev_first: u64,
         u64::from(f.orig_is_lo) | (f.state as u64) << 1,
         u64::from(f.orig.flags),
         u64::from(f.resp.flags),
-        zigzag(f.first_ns.wrapping_sub(prev_first)),
-        f.last_ns.wrapping_sub(f.first_ns),
+        first,
+        last,
         f.orig.packets,
         f.resp.packets,
         f.orig.payload,
@@ -483,22 +515,28 @@ pub(crate) fn encode(
     let (mut data_at, mut pos_at) = (24u64, 0u64);
     for (b, chunk) in slots.chunks(BLOCK_FLOWS).enumerate() {
         let mut rows = Vec::with_capacity(chunk.len());
-        let (mut prev_id, mut prev_first, mut first_id) = (None, t_min, u64::MAX);
+        // Timestamps in the block's unit, the first a difference to `t_min` rounded down to the unit.
+        let unit = time_unit(chunk);
+        let (mut prev_id, mut prev_first, mut first_id) = (None, t_min - t_min % unit, u64::MAX);
         let (block_data, block_pos) = (data_at, pos_at);
         for (i, s) in chunk.iter().enumerate() {
             let c = codes[b * BLOCK_FLOWS + i];
-            rows.push(row(s, (c[0], c[1]), prev_id, prev_first, b == 0 && i == 0));
-            if !(b == 0 && i == 0) {
+            let slot0 = b == 0 && i == 0;
+            rows.push(row(s, (c[0], c[1]), prev_id, prev_first, slot0, unit));
+            if !slot0 {
                 if prev_id.is_none() {
                     first_id = s.flow.id;
                 }
                 prev_id = Some(s.flow.id);
             }
-            prev_first = s.flow.first_ns;
+            if !(slot0 && is_empty_no_flow(s.flow)) {
+                prev_first = s.flow.first_ns;
+            }
             data_at += s.data_len;
             pos_at += s.positions_len;
         }
         let mut raw = Vec::new();
+        put_varint(&mut raw, unit);
         for c in 0..COLUMNS {
             for r in &rows {
                 put_varint(&mut raw, r[c]);
@@ -805,6 +843,14 @@ impl Stage2 {
         let n = self.block_flows.min(self.frame.slots - first_slot);
         let mut cols = vec![[0u64; COLUMNS]; n];
         let mut at = 0usize;
+        // Format 5: the block's time unit first.
+        let unit = match self.frame.version {
+            5.. => match get_varint(&raw, &mut at) {
+                Some(u @ (1 | 1000)) => u,
+                _ => return Err(bad("time unit")),
+            },
+            _ => 1,
+        };
         for c in 0..COLUMNS {
             for r in cols.iter_mut() {
                 r[c] = get_varint(&raw, &mut at).ok_or_else(|| bad("truncated"))?;
@@ -814,7 +860,7 @@ impl Stage2 {
             return Err(bad("bytes after its columns"));
         }
         let (mut data_at, mut pos_at) = (d.data_at, d.pos_at);
-        let (mut prev_id, mut prev_first) = (None::<u64>, self.frame.t_min);
+        let (mut prev_id, mut prev_first) = (None::<u64>, self.frame.t_min - self.frame.t_min % unit);
         let mut out = Vec::with_capacity(n);
         for (i, c) in cols.iter().enumerate() {
             let slot = first_slot + i;
@@ -839,9 +885,14 @@ impl Stage2 {
                 flow.orig_is_lo = c[7] & 1 == 1;
             }
             flow.state = ConnState::from_code(small(c[7] >> 1, 0xff, "state")? as u8).ok_or_else(|| bad("state"))?;
-            flow.first_ns = prev_first.wrapping_add(unzigzag(c[10]));
-            prev_first = flow.first_ns;
-            flow.last_ns = flow.first_ns.wrapping_add(c[11]);
+            if slot == 0 && self.frame.version >= 5 && c[12] == 0 && c[13] == 0 {
+                // The empty entry of no flow: its sentinel times, not stored.
+                (flow.first_ns, flow.last_ns) = (u64::MAX, 0);
+            } else {
+                flow.first_ns = prev_first.wrapping_add(unzigzag(c[10]).wrapping_mul(unit));
+                prev_first = flow.first_ns;
+                flow.last_ns = flow.first_ns.wrapping_add(c[11].wrapping_mul(unit));
+            }
             let h = usual_headers(&flow.key, slot == 0);
             let side = |packets: u64, payload: u64, hdr: u64, flags: u64| -> Result<Side, StoreError> {
                 let flags = small(flags, 0xff, "TCP flags")? as u8;
@@ -1095,19 +1146,28 @@ mod tests {
             t0 in any::<u64>(),
             q in any::<(u8, u8, u16, u16, u64)>(),
             nf in any::<(u32, Vec<u8>, Vec<u16>, u8)>(),
+            micro in any::<bool>(),
         ) {
+            // Whole microseconds (a trace of microsecond precision) in half the cases: stored in that unit.
+            // (Real timestamps are far below 2^63 and never wrap.)
+            let t0 = if micro { (t0 >> 2) / 1000 * 1000 } else { t0 };
             let mut slot0 = no_flow();
             slot0.orig.packets = cut[0] % 3;
             slot0.orig.bytes = 60 * slot0.orig.packets;
             if slot0.orig.packets > 0 {
                 slot0.first_ns = t0;
-                slot0.last_ns = t0.wrapping_add(9);
+                slot0.last_ns = t0.wrapping_add(if micro { 9000 } else { 9 });
             }
             let mut flows = vec![slot0];
             let mut id = t0 % 1_000_000;
             for (p, g) in parts.iter().zip(&gaps) {
                 id += g;
-                flows.push(flow_of(id, *p, t0));
+                let mut f = flow_of(id, *p, t0);
+                if micro {
+                    let first = t0 + (p.5 >> 24) / 1000 * 1000;
+                    (f.first_ns, f.last_ns) = (first, first + (p.6 >> 24) / 1000 * 1000);
+                }
+                flows.push(f);
             }
             let ins: Vec<SlotIn<'_>> = flows
                 .iter()

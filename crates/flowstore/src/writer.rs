@@ -678,7 +678,7 @@ impl SegmentWriter {
     fn blooms(&self, ends: &Endpoints) -> (Bloom, Bloom) {
         let extra_addrs: Vec<&[u8; 17]> =
             self.mem.addrs.iter().filter(|a| ends.addrs.binary_search(a).is_err()).collect();
-        let mut addr_bloom = Bloom::with_rate(ends.addrs.len() + extra_addrs.len(), BLOOM_FPR);
+        let mut addr_bloom = Bloom::with_rate(ends.addrs.len() + extra_addrs.len(), ADDR_BLOOM_FPR);
         for a in ends.addrs.iter().chain(extra_addrs) {
             addr_bloom.insert(bloom_bytes(a));
         }
