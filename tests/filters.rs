@@ -777,3 +777,46 @@ fn planner_conditions_hold_for_every_match() {
         }
     }
 }
+
+/// `protochain` through the binary against tcpdump, on every corpus trace whose catalogue lists AH, IPv6 fragments
+/// or IPv4 fragments (extension-header chains, AH in both IP versions, IPv6 denial-of-service traces of 35,000
+/// packets with long chains): `pcaptool query --scan` writes the packets tcpdump writes, for each `protochain`
+/// filter of the table.
+#[test]
+fn protochain_through_tcpdump_on_the_corpus() {
+    let Some(corpus) = corpus_dir() else { return };
+    let Some(tcpdump) = pcaptool_tests::tool("tcpdump") else { return };
+    let cat = std::fs::read_to_string(corpus.join("CATALOGUE.tsv")).expect("catalogue");
+    let traces: Vec<PathBuf> = cat
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|c| c.len() >= 10 && c[7].is_empty() && c[9].is_empty())
+        .filter(|c| c[8].split(',').any(|f| f.starts_with("ah:") || f.contains("-frag:")))
+        .map(|c| corpus.join(c[0]))
+        .collect();
+    let filters: Vec<String> = table().into_iter().filter(|f| f.contains("protochain")).collect();
+    assert!(traces.len() >= 40 && filters.len() >= 10, "{} traces, {} filters", traces.len(), filters.len());
+    let tmp = pcaptool_tests::TempDir::new("protochain");
+    let (mut compared, mut matched) = (0, 0);
+    for (n, trace) in traces.iter().enumerate() {
+        for f in &filters {
+            let (ours, theirs) = (tmp.join(&format!("{n}.pcap")), tmp.join(&format!("{n}-tcpdump.pcap")));
+            let Some(want) = pcaptool_tests::tcpdump_records(&tcpdump, trace, f, &theirs) else { continue };
+            let o = std::process::Command::new(pcaptool_tests::pcaptool_bin())
+                .args(["query", "--scan"])
+                .arg(trace)
+                .arg(f)
+                .arg("-w")
+                .arg(&ours)
+                .output()
+                .expect("run pcaptool");
+            assert!(o.status.success(), "{}: `{f}`: {}", trace.display(), String::from_utf8_lossy(&o.stderr));
+            assert_eq!(pcaptool_tests::records_us(&ours), want, "{}: `{f}`: pcaptool vs tcpdump", trace.display());
+            compared += 1;
+            matched += want.len();
+        }
+    }
+    println!("protochain through tcpdump: {compared} outputs identical ({matched} packets) on {} traces", traces.len());
+    assert!(compared > 0 && matched > 0);
+}

@@ -55,9 +55,14 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
     }
     for lt in &plan.link_types {
         outln!(
-            "link type {}: {} operations (libpcap's tests in libpcap's order, optimised as libpcap does)",
+            "link type {}: {} operations (libpcap's tests in libpcap's order, {})",
             lt.linktype_name,
-            lt.operations
+            lt.operations,
+            if lt.optimized {
+                "optimised as libpcap does"
+            } else {
+                "not optimised: libpcap does not optimise a filter holding protochain"
+            }
         );
         for line in &lt.program {
             outln!("  {line}");

@@ -56,6 +56,7 @@ impl<'f> Matchers<'f> {
                 linktype: lt.0,
                 linktype_name: lt.to_string(),
                 operations: m.len(),
+                optimized: m.optimized(),
                 tests: m.cond().to_string(),
                 program: m.listing().lines().map(str::to_string).collect(),
             });

@@ -88,6 +88,8 @@ pub struct LinkTypePlan {
     pub linktype_name: String,
     /// Operations of the compiled program.
     pub operations: usize,
+    /// Whether the program is optimised as libpcap optimises it (not a filter holding `protochain`).
+    pub optimized: bool,
     /// libpcap's tests, in libpcap's order.
     pub tests: String,
     /// The program's listing, a line an operation.

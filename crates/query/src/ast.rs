@@ -79,6 +79,8 @@ pub enum AddrKind {
     PortRange,
     /// `proto`
     Proto,
+    /// `protochain`: the protocol found by walking IPv6 extension headers and AH.
+    ProtoChain,
 }
 
 impl AddrKind {
@@ -90,6 +92,7 @@ impl AddrKind {
             AddrKind::Port => "port",
             AddrKind::PortRange => "portrange",
             AddrKind::Proto => "proto",
+            AddrKind::ProtoChain => "protochain",
         }
     }
 }

@@ -141,6 +141,9 @@ fn and_opt(a: Option<Cond>, b: Cond) -> Cond {
 
 /// libpcap's code generator state for one link type.
 pub(crate) struct Compiler {
+    /// Whether libpcap optimises the filter (not when it holds `protochain`): the compiler then follows the
+    /// optimiser where it changes results.
+    pub(crate) optimize: bool,
     dlt: Dlt,
     /// The DLT value the current link-layer header has (libpcap's `linktype`, changed by `pppoes`).
     dlt_value: u32,
@@ -223,6 +226,7 @@ impl Compiler {
             (Off::at(0), linktype.map(Off::at), linkpl.map(Off::at), nl)
         };
         Ok(Compiler {
+            optimize: true,
             dlt,
             dlt_value: lt,
             name: target.linktype.to_string(),
@@ -319,7 +323,7 @@ impl Compiler {
 
     fn ncmp(&self, rel: Rel, off: u32, size: u8, mask: u32, test: Test, k: u32) -> CResult<Cond> {
         let at = self.off(rel, off)?;
-        if mask == 0 && test == Test::Eq && k == 0 && at.var.is_none() {
+        if mask == 0 && test == Test::Eq && k == 0 && at.var.is_none() && self.optimize {
             // `x & 0 == 0` holds whatever x is; libpcap's optimiser drops the load (not one through the index
             // register, after a header of variable length), so a short packet matches too.
             return Ok(Cond::True);
@@ -648,6 +652,27 @@ impl Compiler {
         }
     }
 
+    /// `gen_protochain`: the protocol found by walking the IPv6 extension headers and AH after the IPv4 or IPv6
+    /// header ([`Val::ProtoChain`]) is `v`. libpcap compiles this to a loop, and turns its optimiser off for the
+    /// whole filter (see `Filter::optimized`).
+    fn gen_protochain(&self, v: u32, proto: Proto) -> CResult<Cond> {
+        let one = |v6: bool| -> CResult<Cond> {
+            let nl = self.off(Rel::LinkPl, 0)?;
+            if nl.var.is_some() {
+                return self.err("'protochain' not supported with variable length headers");
+            }
+            let b0 = self.linktype(if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IP })?;
+            let walk = Val::ProtoChain { nl: nl.k, v6, proto: v };
+            Ok(Cond::and(b0, Cond::Cmp { v: walk, test: Test::Eq, k: v }))
+        };
+        match proto {
+            Proto::Default => Ok(Cond::or(one(false)?, one(true)?)),
+            Proto::Ip => one(false),
+            Proto::Ip6 => one(true),
+            _ => self.err("bad protocol applied for 'protochain'"),
+        }
+    }
+
     // ---- hosts and networks ----------------------------------------------------------------------------------
 
     fn hostop(&self, addr: u32, mask: u32, dir: Dir, ll: u32, src: u32, dst: u32) -> CResult<Cond> {
@@ -798,6 +823,7 @@ impl Compiler {
                     AddrKind::Port => return self.err("'port' modifier applied to ip host"),
                     AddrKind::PortRange => return self.err("'portrange' modifier applied to ip host"),
                     AddrKind::Proto => return self.err("'proto' modifier applied to ip host"),
+                    AddrKind::ProtoChain => return self.err("'protochain' modifier applied to ip host"),
                     _ => {}
                 }
                 self.ncode(Some(*bits), *addr, q)
@@ -892,6 +918,7 @@ impl Compiler {
                 self.ports(v, v, range, proto, q.dir)
             }
             AddrKind::Proto => self.gen_proto(v, q.proto),
+            AddrKind::ProtoChain => self.gen_protochain(v, q.proto),
         }
     }
 
@@ -943,6 +970,11 @@ impl Compiler {
                 }
                 self.ports(lo, hi, range, real, q.dir)
             }
+            AddrKind::ProtoChain => match names::ip_proto(name) {
+                // (libpcap's `lookup_proto` for `protochain` reads IP protocol names whatever the qualifier.)
+                Some(v) => self.gen_protochain(v, q.proto),
+                None => unknown("ip proto"),
+            },
             AddrKind::Proto => {
                 let v = match q.proto {
                     Proto::Default | Proto::Ip | Proto::Ip6 => match names::ip_proto(name) {

@@ -66,9 +66,25 @@ impl Filter {
         self.expr.as_ref()
     }
 
+    /// Whether libpcap optimises this filter: not when it holds `protochain`, whose loop turns libpcap's
+    /// optimiser off for the whole filter (so that, for example, a packet too short for a test the optimiser would
+    /// have dropped is refused, and a filter that matches nothing is not an error).
+    pub fn optimized(&self) -> bool {
+        fn walk(e: &Expr) -> bool {
+            match e {
+                Expr::And(v) | Expr::Or(v) => v.iter().all(walk),
+                Expr::Not(a) => walk(a),
+                Expr::Prim(ast::Prim::Id { q, .. }, _) => q.addr != ast::AddrKind::ProtoChain,
+                Expr::Prim(..) => true,
+            }
+        }
+        self.expr.as_ref().is_none_or(walk)
+    }
+
     /// The condition tree for packets of one link type, with libpcap's tests in libpcap's order.
     pub fn cond(&self, target: Target) -> Result<prog::Cond, FilterError> {
         let mut c = compile::Compiler::new(target).map_err(|k| FilterError::new(k, Span::default()))?;
+        c.optimize = self.optimized();
         match &self.expr {
             None => Ok(prog::Cond::True),
             Some(e) => c.program(e),
@@ -79,7 +95,11 @@ impl Filter {
     /// A matcher for packets of one link type. Like libpcap, refuses a filter that provably matches nothing
     /// ("expression rejects all packets", for example `tcp and udp`).
     pub fn compile(&self, target: Target) -> Result<Matcher, FilterError> {
-        let m = Matcher::new(self.cond(target)?);
+        let cond = self.cond(target)?;
+        if !self.optimized() {
+            return Ok(Matcher::unoptimized(cond));
+        }
+        let m = Matcher::new(cond);
         if m.rejects_all() {
             let span = Span::new(0, self.text.len());
             return Err(FilterError::new(ErrorKind::Invalid("expression rejects all packets".into()), span)

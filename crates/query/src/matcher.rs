@@ -529,6 +529,8 @@ pub struct Matcher {
     vals: Vec<Val>,
     /// Constants of `AIn` operations: `Op::k` of them from `Op::off`.
     sets: Vec<u32>,
+    /// Whether the program is optimised as libpcap optimises it (see [`Matcher::unoptimized`]).
+    optimized: bool,
 }
 
 /// What an [`Op`] does: where its value comes from and how it is tested, in one dispatch.
@@ -908,6 +910,11 @@ impl Matcher {
             }
             _ => root,
         };
+        Matcher::finish(code, entry, cond, true)
+    }
+
+    /// The matcher of the program `code` from `entry`, lowered for execution.
+    fn finish(code: Vec<Insn>, entry: u32, cond: Cond, optimized: bool) -> Matcher {
         let order = reachable(&code, entry);
         let (ops, vals, sets) = if order.len() <= usize::from(u16::MAX) {
             let (o, v, s) = lower::<u16>(&code, &order);
@@ -916,7 +923,21 @@ impl Matcher {
             let (o, v, s) = lower::<u32>(&code, &order);
             (Ops::Wide(o), v, s)
         };
-        Matcher { code, entry, cond, ops, vals, sets }
+        Matcher { code, entry, cond, ops, vals, sets, optimized }
+    }
+
+    /// Whether the program is optimised as libpcap optimises it (libpcap does not optimise a filter holding
+    /// `protochain`).
+    pub fn optimized(&self) -> bool {
+        self.optimized
+    }
+
+    /// Compiles a condition tree as libpcap runs a filter it does not optimise (one holding `protochain`): every
+    /// test in the tree's order, no jump threaded past a test, no first test skipped.
+    pub fn unoptimized(cond: Cond) -> Matcher {
+        let mut code = vec![Insn::Ret(true), Insn::Ret(false)];
+        let entry = emit(&mut code, &cond, ACCEPT, REJECT);
+        Matcher::finish(code, entry, cond, false)
     }
 
     /// The condition tree this matcher runs (what `--explain` prints).

@@ -350,8 +350,8 @@ impl Parser<'_> {
         }
     }
 
-    /// `head id`, where `head` is `[pname] [dqual] [aqual]`, `[pname] proto`, and the refused `gateway` and
-    /// `protochain`.
+    /// `head id`, where `head` is `[pname] [dqual] [aqual]`, `[pname] proto`, `[pname] protochain`, and the
+    /// refused `gateway`.
     fn head_id(&mut self) -> PResult<Expr> {
         let start = self.span();
         let mut q = Qual { proto: Proto::Default, dir: Dir::Default, addr: AddrKind::Default };
@@ -392,7 +392,8 @@ impl Parser<'_> {
                 return Err(FilterError::new(ErrorKind::Unsupported("'gateway'".into()), self.span()));
             }
             Tok::Kw(Kw::ProtoChain) => {
-                return Err(FilterError::new(ErrorKind::Unsupported("'protochain'".into()), self.span()));
+                self.bump();
+                q.addr = AddrKind::ProtoChain;
             }
             _ => match self.aqual() {
                 Some(a) => q.addr = a,

@@ -108,6 +108,13 @@ impl Walk {
                 Proto::Link if *v > 1500 && !matches!(*v, 0x809b | 0x80f3) => eq(Field::LinkProto, (*v).into()),
                 _ => Need::All,
             },
+            // The walk starts at an IPv4 or IPv6 header.
+            (AddrKind::ProtoChain, _) => match q.proto {
+                Proto::Ip => eq(Field::LinkProto, 0x0800),
+                Proto::Ip6 => eq(Field::LinkProto, 0x86dd),
+                Proto::Default => Need::or(vec![eq(Field::LinkProto, 0x0800), eq(Field::LinkProto, 0x86dd)]),
+                _ => Need::All,
+            },
             (AddrKind::Port | AddrKind::PortRange, Id::Num(v)) => {
                 with_transport(q.proto, by_dir(q.dir, eq(Field::SrcPort, (*v).into()), eq(Field::DstPort, (*v).into())))
             }

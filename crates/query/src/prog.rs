@@ -101,6 +101,19 @@ pub enum Val {
         /// Whether a radiotap header precedes the frame (its flags may announce padding).
         radiotap: bool,
     },
+    /// The protocol `protochain` finds (libpcap's `gen_protochain` loop): from the IPv4 protocol (or IPv6 next
+    /// header) of the network header at `nl`, step over IPv6 hop-by-hop, destination options, routing and
+    /// fragment headers (IPv6 only) and AH headers until the protocol is `proto` or 59 (no next header) or none
+    /// of those; the value is the protocol reached. As in libpcap 1.10, an AH header moves to `(its length + 2)
+    /// × 4` bytes after the network header, not after itself.
+    ProtoChain {
+        /// Where the network header starts.
+        nl: u32,
+        /// IPv6 (else IPv4).
+        v6: bool,
+        /// The protocol sought (the walk stops on it).
+        proto: u32,
+    },
     /// An operation on two values (left computed first).
     Alu(Alu, Box<Val>, Box<Val>),
     /// Negation (two's complement).
@@ -128,6 +141,45 @@ pub(crate) fn load(data: &[u8], off: u64, size: u8) -> Option<u32> {
         [a, b, c, d] => u32::from_be_bytes([a, b, c, d]),
         _ => return None,
     })
+}
+
+/// The walk of [`Val::ProtoChain`] over `data`, with BPF's 32-bit registers (`None`: a load past the end, which
+/// ends the program). libpcap's loop never ends on a packet whose AH headers lead back to where the walk has been;
+/// pcaptool rejects such a packet once the walk has taken more steps than any packet of its length allows without
+/// a cycle.
+fn protochain(data: &[u8], nl: u32, v6: bool, proto: u32) -> Option<u32> {
+    // BPF's offsets are 32-bit: a constant offset wraps (libpcap puts some link types' network layer at -2), an
+    // indexed load adds the index to it without wrapping.
+    let abs = |k: u32| load(data, u64::from(k), 1);
+    let ind = |k: u32, x: u32| load(data, u64::from(k) + u64::from(x), 1);
+    let (mut a, mut x) = if v6 { (abs(nl.wrapping_add(6))?, 40u32) } else { (abs(nl.wrapping_add(9))?, 0) };
+    if !v6 {
+        x = 4 * (abs(nl)? & 0xf);
+    }
+    // Without a cycle: at most one AH step for each of its 257 possible offsets, each followed by at most one
+    // IPv6 step for each 8 bytes of the packet (those steps only move forward).
+    let limit = 258 * (data.len() / 8 + 2);
+    for _ in 0..limit {
+        if a == proto || a == 59 {
+            return Some(a);
+        }
+        if v6 && matches!(a, 0 | 60 | 43 | 44) {
+            // A = P[X + nl]; X += (P[X + nl + 1] + 1) * 8.
+            let next = ind(nl, x)?;
+            let len = ind(nl.wrapping_add(1), x)?;
+            x = x.wrapping_add(len.wrapping_add(1).wrapping_mul(8));
+            a = next;
+        } else if a == 51 {
+            // A = P[X + nl]; X = (P[X + nl + 1] + 2) * 4.
+            let next = ind(nl, x)?;
+            let len = ind(nl.wrapping_add(1), x)?;
+            x = len.wrapping_add(2).wrapping_mul(4);
+            a = next;
+        } else {
+            return Some(a);
+        }
+    }
+    None
 }
 
 impl Val {
@@ -172,6 +224,7 @@ impl Val {
                 }
                 Some(pl)
             }
+            Val::ProtoChain { nl, v6, proto } => protochain(p.data, *nl, *v6, *proto),
             Val::Alu(op, a, b) => {
                 let a = a.eval(p)?;
                 let b = b.eval(p)?;
@@ -185,7 +238,7 @@ impl Val {
     pub fn any(&self, pred: &dyn Fn(&Val) -> bool) -> bool {
         pred(self)
             || match self {
-                Val::K(_) | Val::Len | Val::Ld { .. } | Val::Msh(_) | Val::PrefixLen => false,
+                Val::K(_) | Val::Len | Val::Ld { .. } | Val::Msh(_) | Val::PrefixLen | Val::ProtoChain { .. } => false,
                 Val::LdInd { base, .. } | Val::MshInd { base, .. } => base.any(pred),
                 Val::Wlan { hdr, .. } => hdr.any(pred),
                 Val::Alu(_, a, b) => a.any(pred) || b.any(pred),
@@ -202,7 +255,8 @@ impl Val {
             | Val::Msh(_)
             | Val::MshInd { .. }
             | Val::Wlan { .. }
-            | Val::PrefixLen => true,
+            | Val::PrefixLen
+            | Val::ProtoChain { .. } => true,
             Val::Alu(op, a, b) => matches!(op, Alu::Div | Alu::Mod) || a.can_fail() || b.can_fail(),
             Val::Neg(a) => a.can_fail(),
         }
@@ -348,6 +402,9 @@ impl fmt::Display for Val {
             Val::Msh(off) => write!(f, "4*(pkt[{off}]&0xf)"),
             Val::MshInd { base, off } => write!(f, "4*(pkt[{base}+{off}]&0xf)"),
             Val::PrefixLen => write!(f, "hdrlen"),
+            Val::ProtoChain { nl, v6, proto } => {
+                write!(f, "protochain(ip{} at {nl}, until {proto})", if *v6 { "6" } else { "" })
+            }
             Val::Wlan { hdr, radiotap: true } => write!(f, "wlan_payload(radiotap {hdr})"),
             Val::Wlan { hdr, radiotap: false } => write!(f, "wlan_payload({hdr})"),
             Val::Alu(op, a, b) => write!(f, "({a} {op:?} {b})"),
@@ -381,5 +438,49 @@ impl fmt::Display for Cond {
             Cond::Time { after: true, t } => write!(f, "ts >= {t}"),
             Cond::Time { after: false, t } => write!(f, "ts < {t}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walk(data: &[u8], v6: bool, proto: u32) -> Option<u32> {
+        Val::ProtoChain { nl: 14, v6, proto }.eval(&Packet { data, wirelen: data.len() as u32, ts_ns: 0 })
+    }
+
+    /// Ethernet, then `ip`, then `rest`.
+    fn frame(ip: &[u8], rest: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(if ip[0] >> 4 == 6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+        f.extend_from_slice(ip);
+        f.extend_from_slice(rest);
+        f
+    }
+
+    #[test]
+    fn protochain_walks_ipv6_extension_headers_and_ah() {
+        // IPv6, hop-by-hop (8 bytes), routing (16 bytes), then TCP.
+        let mut ip6 = vec![0x60, 0, 0, 0, 0, 40, 0, 64];
+        ip6.extend_from_slice(&[0u8; 32]);
+        let f = frame(&ip6, &[43, 0, 0, 0, 0, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xaa]);
+        assert_eq!(walk(&f, true, 6), Some(6));
+        assert_eq!(walk(&f, true, 43), Some(43), "the walk stops at the protocol sought");
+        assert_eq!(walk(&f, true, 17), Some(6));
+        // Cut inside the routing header: the load fails, the program ends.
+        assert_eq!(walk(&f[..14 + 40 + 9], true, 6), None);
+        // IPv4 with AH: libpcap 1.10 moves to (length + 2) × 4 bytes after the IPv4 header's start.
+        let mut ip4 = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 51, 0, 0];
+        ip4.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        // AH at 20: next header 17, length 4 → X = 24, where byte 24 after the network header is read next.
+        let mut rest = vec![17, 4, 0, 0];
+        rest.extend_from_slice(&[0u8; 20]);
+        let f = frame(&ip4, &rest);
+        assert_eq!(walk(&f, false, 17), Some(17));
+        assert_eq!(walk(&f, false, 6), Some(17));
+        // An AH whose length leads back to itself: libpcap loops for ever; the walk gives up and refuses.
+        let f = frame(&ip4, &[51, 3, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(walk(&f, false, 6), None);
+        assert_eq!(walk(&f, false, 51), Some(51));
     }
 }
