@@ -325,7 +325,8 @@ impl SegmentWriter {
                 slot
             }
         };
-        if !p.fields_in_key {
+        // (A packet of no flow has no key its fields could be in: its fields are always noted.)
+        if !p.fields_in_key || slot == 0 {
             self.note_fields(p, slot == 0);
         }
         let state = p.flow.map_or(ConnState::Oth, |f| f.3);
