@@ -602,7 +602,7 @@ struct Postings {
 pub(crate) struct Frame {
     /// The segment's format version.
     pub version: u16,
-    /// Whether its link type's header fields are not read (stage 1's `unknown_fields` in format 4; in earlier
+    /// Whether its link type's header fields are not read (stage 1's `unknown_fields` from format 4; in earlier
     /// formats also set by packets cut short): the packets of no flow may then match anything.
     pub unknown_fields: bool,
     pub slots: usize,

@@ -152,32 +152,22 @@ fn protochain(data: &[u8], nl: u32, v6: bool, proto: u32) -> Option<u32> {
     // indexed load adds the index to it without wrapping.
     let abs = |k: u32| load(data, u64::from(k), 1);
     let ind = |k: u32, x: u32| load(data, u64::from(k) + u64::from(x), 1);
-    let (mut a, mut x) = if v6 { (abs(nl.wrapping_add(6))?, 40u32) } else { (abs(nl.wrapping_add(9))?, 0) };
-    if !v6 {
-        x = 4 * (abs(nl)? & 0xf);
-    }
+    let (mut a, mut x) =
+        if v6 { (abs(nl.wrapping_add(6))?, 40u32) } else { (abs(nl.wrapping_add(9))?, 4 * (abs(nl)? & 0xf)) };
     // Without a cycle: at most one AH step for each of its 257 possible offsets, each followed by at most one
     // IPv6 step for each 8 bytes of the packet (those steps only move forward).
     let limit = 258 * (data.len() / 8 + 2);
     for _ in 0..limit {
-        if a == proto || a == 59 {
+        let ext = v6 && matches!(a, 0 | 60 | 43 | 44);
+        if a == proto || a == 59 || !(ext || a == 51) {
             return Some(a);
         }
-        if v6 && matches!(a, 0 | 60 | 43 | 44) {
-            // A = P[X + nl]; X += (P[X + nl + 1] + 1) * 8.
-            let next = ind(nl, x)?;
-            let len = ind(nl.wrapping_add(1), x)?;
-            x = x.wrapping_add(len.wrapping_add(1).wrapping_mul(8));
-            a = next;
-        } else if a == 51 {
-            // A = P[X + nl]; X = (P[X + nl + 1] + 2) * 4.
-            let next = ind(nl, x)?;
-            let len = ind(nl.wrapping_add(1), x)?;
-            x = len.wrapping_add(2).wrapping_mul(4);
-            a = next;
-        } else {
-            return Some(a);
-        }
+        // A = P[X + nl]; then past an IPv6 extension header X += (P[X + nl + 1] + 1) * 8, past AH
+        // X = (P[X + nl + 1] + 2) * 4.
+        let next = ind(nl, x)?;
+        let len = ind(nl.wrapping_add(1), x)?;
+        x = if ext { x.wrapping_add(len.wrapping_add(1).wrapping_mul(8)) } else { len.wrapping_add(2).wrapping_mul(4) };
+        a = next;
     }
     None
 }
