@@ -10,6 +10,10 @@ Each file exercises reader features that the tests check by exact values:
   garbage-tail.pcap           2 records, then 40 bytes of garbage whose "caplen" is absurd.
   tunnels.pcap                Ethernet packets: QinQ+TCP, MPLS+IPv6/UDP, PPPoE+ICMP, GRE/Ethernet, VXLAN,
                               IPv6 hop-by-hop+fragment, IPv4 later fragment, a TCP header cut by the snaplen.
+  geneve.pcap                 Ethernet packets carrying Geneve (UDP port 6081) over IPv4 and IPv6: inner Ethernet
+                              (Transparent Ethernet Bridging) or bare IPv4/IPv6, options, VNIs, nested Geneve,
+                              VLAN/MPLS/PPPoE inside and VLAN outside, version 1, fragments, and packets cut inside
+                              the Geneve header.
 """
 import os
 import struct
@@ -152,6 +156,74 @@ def main():
     recs = [(1_700_000_100 + i, 0, d, len(d)) for i, d in enumerate(pk)]
     recs.append((1_700_000_200, 0, full[:14 + 20 + 10], len(full)))
     pcap("tunnels.pcap", recs, snaplen=65535)
+
+    pcap("geneve.pcap", [(1_700_000_300 + i, 0, d, w) for i, (d, w) in enumerate(geneve_packets())], snaplen=65535)
+
+
+def geneve(vni, proto, payload, options=b"", version=0):
+    assert len(options) % 4 == 0
+    return struct.pack(">BBHI", version << 6 | len(options) // 4, 0, proto, vni << 8) + options + payload
+
+
+def geneve_packets():
+    """(data, wirelen) of each packet of geneve.pcap."""
+    C, D = bytes([0x02, 0, 0, 0, 0, 0xC]), bytes([0x02, 0, 0, 0, 0, 0xD])
+    IN4A, IN4B = [10, 0, 0, 1], [10, 0, 0, 2]
+    IN6A, IN6B = bytes.fromhex("fd000000000000000000000000000001"), bytes.fromhex("fd000000000000000000000000000002")
+    TEB = 0x6558
+
+    def over4(g, vlans=(), **kw):
+        return eth(B, A, 0x0800, ipv4(V4A, V4B, 17, udp(40000, 6081, g), **kw), vlans=vlans)
+
+    def over6(g):
+        return eth(B, A, 0x86DD, ipv6(V6A, V6B, 17, udp(40000, 6081, g)))
+
+    inner_tcp = eth(D, C, 0x0800, ipv4(IN4A, IN4B, 6, tcp(1234, 80, 0x02)))
+    pk = [
+        over4(geneve(10, TEB, inner_tcp)),
+        # Options (8 bytes), an inner broadcast ARP request.
+        over4(geneve(11, TEB, eth(b"\xff" * 6, C, 0x0806, struct.pack(">HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, C,
+                                                                         bytes(IN4A), b"\0" * 6, bytes(IN4B))),
+                     options=struct.pack(">HBBI", 0x0103, 0x80, 1, 0xDEADBEEF))),
+        # IPv6 outside, bare IPv4 inside (no inner Ethernet header).
+        over6(geneve(12, 0x0800, ipv4(IN4A, IN4B, 17, udp(5555, 53, b"query")))),
+        # IPv6 inside IPv4 (bare), with IPv4 options outside.
+        eth(B, A, 0x0800, ipv4_opts(V4A, V4B, 17, udp(40000, 6081, geneve(13, 0x86DD, ipv6(IN6A, IN6B, 6, tcp(5, 443, 0x12)))))),
+        # Geneve in Geneve: the inner one carries TCP to port 22.
+        over4(geneve(14, TEB, eth(D, C, 0x0800, ipv4(IN4A, IN4B, 17, udp(1, 6081, geneve(15, TEB, eth(
+            A, B, 0x0800, ipv4([172, 16, 0, 1], [172, 16, 0, 2], 6, tcp(2222, 22, 0x02))))))))),
+        # A VLAN tag inside, one outside.
+        over4(geneve(16, TEB, eth(D, C, 0x0800, ipv4(IN4A, IN4B, 6, tcp(1, 2, 0x10)), vlans=[(0x8100, 7)]))),
+        over4(geneve(17, TEB, eth(D, C, 0x0800, ipv4(IN4A, IN4B, 1, bytes([8, 0, 0, 0, 0, 1, 0, 1])))),
+              vlans=[(0x8100, 100)]),
+        # Version 1: not Geneve as libpcap reads it.
+        over4(geneve(10, TEB, inner_tcp, version=1)),
+        # An inner multicast IPv6 packet.
+        over4(geneve(18, TEB, eth(bytes([0x33, 0x33, 0, 0, 0, 1]), C, 0x86DD, ipv6(IN6A, bytes.fromhex(
+            "ff020000000000000000000000000001"), 17, udp(546, 547, b"dhcp"))))),
+        # First fragment (more fragments), then a later fragment of UDP to 6081.
+        over4(geneve(19, TEB, inner_tcp), mf=True, ident=9),
+        eth(B, A, 0x0800, ipv4(V4A, V4B, 17, b"\0" * 8 + geneve(19, TEB, inner_tcp), frag=3, ident=9)),
+        # PPPoE session and MPLS inside.
+        over4(geneve(20, TEB, eth(D, C, 0x8864, struct.pack(">BBHHH", 0x11, 0, 0x99, 2 + 20 + 8, 0x0021)
+                                  + ipv4(IN4A, IN4B, 17, udp(7, 9, b""))))),
+        over4(geneve(21, TEB, eth(D, C, 0x8847, struct.pack(">I", (77 << 12) | 0x100 | 64)
+                                  + ipv4(IN4A, IN4B, 6, tcp(3, 4, 0x04))))),
+    ]
+    out = [(d, len(d)) for d in pk]
+    # Cut inside the Geneve header: before its protocol type (the offsets cannot be computed), and after it.
+    whole = over4(geneve(10, TEB, inner_tcp))
+    g = 14 + 20 + 8
+    out += [(whole[:g + 3], len(whole)), (whole[:g + 4], len(whole)), (whole[:g + 20], len(whole))]
+    return out
+
+
+def ipv4_opts(src, dst, proto, payload):
+    """IPv4 with a 4-byte option (NOP, NOP, NOP, end): a 24-byte header."""
+    h = struct.pack(">BBHHHBBH4s4s", 0x46, 0, 24 + len(payload), 1, 0, 64, proto, 0, bytes(src), bytes(dst))
+    h += bytes([1, 1, 1, 0])
+    h = h[:10] + struct.pack(">H", csum(h)) + h[12:]
+    return h + payload
 
 
 if __name__ == "__main__":

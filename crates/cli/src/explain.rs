@@ -61,7 +61,7 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
             if lt.optimized {
                 "optimised as libpcap does"
             } else {
-                "not optimised: libpcap does not optimise a filter holding protochain"
+                "not optimised: libpcap does not optimise a filter holding protochain or geneve"
             }
         );
         for line in &lt.program {

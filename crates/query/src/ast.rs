@@ -286,6 +286,9 @@ pub enum Prim {
     Pppoes(Option<u32>),
     /// `pppoed`.
     Pppoed,
+    /// `geneve [vni]`: UDP to port 6081 carrying Geneve version 0 (with this VNI); every later test reads the
+    /// packet inside.
+    Geneve(Option<u32>),
     /// `after T` (pcaptool extension): the packet's timestamp, in ns since the epoch, is at or after T.
     After(u64),
     /// `before T` (pcaptool extension): the packet's timestamp is strictly before T.
@@ -367,6 +370,7 @@ impl fmt::Display for Prim {
             Prim::Mpls(v) => opt(f, "mpls", v),
             Prim::Pppoes(v) => opt(f, "pppoes", v),
             Prim::Pppoed => write!(f, "pppoed"),
+            Prim::Geneve(v) => opt(f, "geneve", v),
             Prim::After(t) => write!(f, "after {}", pcaptool_packet::Rfc3339(*t)),
             Prim::Before(t) => write!(f, "before {}", pcaptool_packet::Rfc3339(*t)),
         }

@@ -11,7 +11,7 @@ use pcaptool_packet::LinkType;
 use crate::ast::{AddrKind, Arith, ArithOp, Dir, Expr, Id, Prim, Proto, Qual, RelOp};
 use crate::error::{ErrorKind, FilterError, Span};
 use crate::names::{self, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP};
-use crate::prog::{Alu, Cond, Test, Val};
+use crate::prog::{Alu, Cond, Geneve, GeneveField, Test, Val};
 
 const ETHERTYPE_IP: u32 = 0x0800;
 const ETHERTYPE_ARP: u32 = 0x0806;
@@ -34,6 +34,9 @@ const LLCSAP_IPX: u32 = 0xe0;
 const LINUX_SLL_P_802_3: u32 = 0x0001;
 const LINUX_SLL_P_802_2: u32 = 0x0004;
 const PPP_MPLS_UCAST: u32 = 0x0281;
+const GENEVE_PORT: u32 = 6081;
+/// libpcap's scratch registers (`BPF_MEMWORDS`); each `geneve` keeps three.
+const MEMWORDS: u32 = 16;
 
 /// What a filter is compiled for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -155,10 +158,23 @@ pub(crate) struct Compiler {
     off_nl: u32,
     label_stack_depth: u32,
     span: Span,
-    /// Which variable offsets the code uses (libpcap allocates their registers, and computes them at the
-    /// start of the program, only then).
+    /// Which variable offsets of the link type the code uses (libpcap allocates their registers, and computes
+    /// them at the start of the program, only then), and what they are.
     uses_linkpl_var: std::cell::Cell<bool>,
     uses_linkhdr_var: std::cell::Cell<bool>,
+    start_linkpl_var: Option<Val>,
+    start_linkhdr_var: Option<Val>,
+    /// `geneve` primitives compiled so far: the offsets of every test after one are computed by it, at run time,
+    /// into scratch registers.
+    geneves: u32,
+    /// The `geneve` (by number) whose registers the offsets now read, if any.
+    geneve_latest: Option<u32>,
+    /// libpcap's `is_geneve`: the link-layer header and payload offsets of the latest `geneve`, whose
+    /// difference tells whether an inner Ethernet header is there (until `pppoes` moves the header again).
+    geneve_ll: Option<(Val, Val)>,
+    /// The `geneve` primitives that have matched wherever the test being compiled runs: those reached from it
+    /// back through `and` alone.
+    known: Vec<u32>,
 }
 
 type CResult<T> = Result<T, FilterError>;
@@ -231,14 +247,20 @@ impl Compiler {
             dlt_value: lt,
             name: target.linktype.to_string(),
             swapped: target.swapped,
-            off_linkhdr,
-            off_linktype,
-            off_linkpl,
             off_nl,
             label_stack_depth: 0,
             span: Span::default(),
             uses_linkpl_var: std::cell::Cell::new(false),
             uses_linkhdr_var: std::cell::Cell::new(false),
+            start_linkpl_var: off_linkpl.as_ref().and_then(|o| o.var.clone()),
+            start_linkhdr_var: off_linkhdr.var.clone(),
+            off_linkhdr,
+            off_linktype,
+            off_linkpl,
+            geneves: 0,
+            geneve_latest: None,
+            geneve_ll: None,
+            known: Vec::new(),
         })
     }
 
@@ -253,8 +275,8 @@ impl Compiler {
     /// The program for `e`: its tests, after libpcap's computation of the variable offsets it uses.
     pub(crate) fn program(&mut self, e: &Expr) -> CResult<Cond> {
         let c = self.compile(e)?;
-        let pl = self.off_linkpl.as_ref().and_then(|o| o.var.clone());
-        let hdr = self.off_linkhdr.var.clone();
+        let pl = self.start_linkpl_var.clone();
+        let hdr = self.start_linkhdr_var.clone();
         // Computing the payload offset of 802.11 starts from the radiotap or PPI length, so it covers both.
         let touch = match (self.uses_linkpl_var.get(), self.uses_linkhdr_var.get()) {
             (true, _) => pl.or(hdr),
@@ -268,26 +290,65 @@ impl Compiler {
     }
 
     pub(crate) fn compile(&mut self, e: &Expr) -> CResult<Cond> {
+        Ok(self.compile_held(e)?.0)
+    }
+
+    /// The tests of `e`, and the `geneve` primitives that have matched whenever `e` holds (those reached through
+    /// `and` alone): the tests after one of them in the same `and` run only where its offsets were computed.
+    fn compile_held(&mut self, e: &Expr) -> CResult<(Cond, Vec<u32>)> {
         Ok(match e {
-            Expr::And(v) | Expr::Or(v) => {
-                let and = matches!(e, Expr::And(_));
+            Expr::And(v) => {
+                let base = self.known.len();
                 let mut acc: Option<Cond> = None;
                 for x in v {
-                    let c = self.compile(x)?;
+                    let (c, held) = self.compile_held(x)?;
+                    self.known.extend(held);
                     acc = Some(match acc {
                         None => c,
-                        Some(a) if and => Cond::and(a, c),
+                        Some(a) => Cond::and(a, c),
+                    });
+                }
+                let held = self.known.split_off(base);
+                (acc.unwrap_or(Cond::True), held)
+            }
+            Expr::Or(v) => {
+                let mut acc: Option<Cond> = None;
+                for x in v {
+                    let c = self.compile_held(x)?.0;
+                    acc = Some(match acc {
+                        None => c,
                         Some(a) => Cond::or(a, c),
                     });
                 }
-                acc.unwrap_or(if and { Cond::True } else { Cond::False })
+                (acc.unwrap_or(Cond::False), Vec::new())
             }
-            Expr::Not(a) => Cond::not(self.compile(a)?),
+            Expr::Not(a) => (Cond::not(self.compile_held(a)?.0), Vec::new()),
             Expr::Prim(p, at) => {
                 self.span = at.0;
-                self.prim(p)?
+                let c = self.prim(p)?;
+                let held = match (p, self.geneve_latest) {
+                    (Prim::Geneve(_), Some(g)) => vec![g],
+                    _ => Vec::new(),
+                };
+                (c, held)
             }
         })
+    }
+
+    /// Refuses a test that reads the offsets of a `geneve` where that `geneve` may not have matched: libpcap
+    /// would read scratch registers nothing has set, whose contents are left over from earlier packets.
+    fn geneve_registers_set(&self) -> CResult<()> {
+        match self.geneve_latest {
+            Some(g) if !self.known.contains(&g) => Err(FilterError::new(
+                ErrorKind::Undefined(
+                    "this test comes after 'geneve' and runs where 'geneve' may not have matched, so it would read \
+                     offsets left over from earlier packets; join the tests that follow 'geneve' to it with 'and'"
+                        .into(),
+                ),
+                self.span,
+            )),
+            _ => Ok(()),
+        }
     }
 
     // ---- loads and comparisons -------------------------------------------------------------------------------
@@ -296,7 +357,10 @@ impl Compiler {
         if self.dlt == Dlt::Unimplemented {
             return self.link_err("pcaptool does not yet evaluate header fields");
         }
-        if rel == Rel::LinkHdr && self.off_linkhdr.var.is_some() {
+        self.geneve_registers_set()?;
+        if self.geneve_latest.is_some() {
+            // Offsets computed by `geneve` where it matched, not at the start of the program.
+        } else if rel == Rel::LinkHdr && self.off_linkhdr.var.is_some() {
             self.uses_linkhdr_var.set(true);
         } else if rel != Rel::LinkHdr && self.off_linkpl.as_ref().is_some_and(|o| o.var.is_some()) {
             self.uses_linkpl_var.set(true);
@@ -796,21 +860,23 @@ impl Compiler {
     /// `gen_port`/`gen_port6`/`gen_portrange`/`gen_portrange6`, IPv6 first as libpcap ORs them.
     fn ports(&self, lo: u32, hi: u32, range: bool, proto: Option<u32>, dir: Dir) -> CResult<Cond> {
         let (lo, hi) = if lo > hi { (hi, lo) } else { (lo, hi) };
-        let one = |v6: bool| -> CResult<Cond> {
-            let b0 = self.linktype(if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IP })?;
-            let b1 = match proto {
-                Some(p) => self.portop(v6, lo, hi, range, p, dir)?,
-                None => {
-                    let tcp_udp = Cond::or(
-                        self.portop(v6, lo, hi, range, IPPROTO_TCP, dir)?,
-                        self.portop(v6, lo, hi, range, IPPROTO_UDP, dir)?,
-                    );
-                    Cond::or(self.portop(v6, lo, hi, range, IPPROTO_SCTP, dir)?, tcp_udp)
-                }
-            };
-            Ok(Cond::and(b0, b1))
+        Ok(Cond::or(self.ports_of(true, lo, hi, range, proto, dir)?, self.ports_of(false, lo, hi, range, proto, dir)?))
+    }
+
+    /// The ports of IPv6 (`gen_port6`, `gen_portrange6`) or IPv4 (`gen_port`, `gen_portrange`).
+    fn ports_of(&self, v6: bool, lo: u32, hi: u32, range: bool, proto: Option<u32>, dir: Dir) -> CResult<Cond> {
+        let b0 = self.linktype(if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IP })?;
+        let b1 = match proto {
+            Some(p) => self.portop(v6, lo, hi, range, p, dir)?,
+            None => {
+                let tcp_udp = Cond::or(
+                    self.portop(v6, lo, hi, range, IPPROTO_TCP, dir)?,
+                    self.portop(v6, lo, hi, range, IPPROTO_UDP, dir)?,
+                );
+                Cond::or(self.portop(v6, lo, hi, range, IPPROTO_SCTP, dir)?, tcp_udp)
+            }
         };
-        Ok(Cond::or(one(true)?, one(false)?))
+        Ok(Cond::and(b0, b1))
     }
 
     // ---- identifiers -----------------------------------------------------------------------------------------
@@ -867,7 +933,7 @@ impl Compiler {
             Id::Mac(mac) => {
                 if matches!(q.addr, AddrKind::Host | AddrKind::Default) && q.proto == Proto::Link {
                     match self.dlt {
-                        Dlt::Ether => self.ehostop(mac, q.dir),
+                        Dlt::Ether => self.inner_ether(self.ehostop(mac, q.dir)?),
                         Dlt::Wlan => self.wlanhostop(q.dir, &|off| self.bcmp(Rel::LinkHdr, off, mac)),
                         _ => self.link_err(
                             "ethernet addresses supported only on ethernet/FDDI/token ring/802.11/ATM LANE/Fibre Channel",
@@ -1142,7 +1208,7 @@ impl Compiler {
             Prim::Broadcast(p) => match p {
                 Proto::Default | Proto::Link => match self.dlt {
                     Dlt::Arcnet => self.cmp(Rel::LinkHdr, 1, 1, 0),
-                    Dlt::Ether => self.ehostop(&[0xff; 6], Dir::Dst),
+                    Dlt::Ether => self.inner_ether(self.ehostop(&[0xff; 6], Dir::Dst)?),
                     Dlt::Wlan => self.wlanhostop(Dir::Dst, &|off| self.bcmp(Rel::LinkHdr, off, &[0xff; 6])),
                     _ => self.link_err("not a broadcast link"),
                 },
@@ -1157,7 +1223,9 @@ impl Compiler {
             Prim::Multicast(p) => match p {
                 Proto::Default | Proto::Link => match self.dlt {
                     Dlt::Arcnet => self.cmp(Rel::LinkHdr, 1, 1, 0),
-                    Dlt::Ether => Ok(Cond::Cmp { v: self.ld(Rel::LinkHdr, 0, 1)?, test: Test::Set, k: 1 }),
+                    Dlt::Ether => {
+                        self.inner_ether(Cond::Cmp { v: self.ld(Rel::LinkHdr, 0, 1)?, test: Test::Set, k: 1 })
+                    }
                     Dlt::Wlan => self.wlanhostop(Dir::Dst, &|off| {
                         Ok(Cond::Cmp { v: self.ld(Rel::LinkHdr, off, 1)?, test: Test::Set, k: 1 })
                     }),
@@ -1177,6 +1245,7 @@ impl Compiler {
             Prim::Mpls(label) => self.mpls(*label),
             Prim::Pppoed => self.linktype(ETHERTYPE_PPPOED),
             Prim::Pppoes(sid) => self.pppoes(*sid),
+            Prim::Geneve(vni) => self.geneve(*vni),
             Prim::After(t) => Ok(Cond::Time { after: true, t: *t }),
             Prim::Before(t) => Ok(Cond::Time { after: false, t: *t }),
         }
@@ -1228,7 +1297,7 @@ impl Compiler {
     }
 
     fn pppoes(&mut self, sid: Option<u32>) -> CResult<Cond> {
-        if self.off_linkhdr.var.is_some() {
+        if self.off_linkhdr.var.is_some() && self.geneve_latest.is_none() {
             // libpcap 1.10 compiles this to code that reads a scratch register it never sets (the radiotap or PPI
             // length), so its answer depends on leftover memory: nothing to be exact to.
             return self.link_err("pcaptool does not evaluate 'pppoes' after a radiotap or PPI header");
@@ -1248,6 +1317,88 @@ impl Compiler {
         self.off_linktype = Some(hdr.clone());
         self.off_linkhdr = hdr;
         self.off_nl = 0;
+        self.geneve_ll = None;
+        Ok(b)
+    }
+
+    /// `gen_prevlinkhdr_check` for an Ethernet address test: after `geneve`, an inner Ethernet header must be
+    /// there (libpcap compares the header and payload offsets), tested first.
+    fn inner_ether(&self, b: Cond) -> CResult<Cond> {
+        match &self.geneve_ll {
+            Some((hdr, pl)) => {
+                self.geneve_registers_set()?;
+                let bare = Cond::CmpX { a: hdr.clone(), test: Test::Eq, b: pl.clone() };
+                Ok(Cond::and(Cond::not(bare), b))
+            }
+            None => Ok(b),
+        }
+    }
+
+    /// `gen_geneve`: UDP to port 6081 over IPv4, else over IPv6, with a Geneve header of version 0 (and the VNI);
+    /// then, where that matched, the offsets of the packet inside (libpcap's `gen_geneve_offsets`): the
+    /// link-layer header past the Geneve header and its options, and past an inner Ethernet header when the
+    /// protocol type is Transparent Ethernet Bridging, else the Geneve protocol type as the link-layer type.
+    /// Every later test is an Ethernet test at those offsets. libpcap turns its optimiser off for the whole filter
+    /// (see `Filter::optimized`).
+    fn geneve(&mut self, vni: Option<u32>) -> CResult<Cond> {
+        if self.dlt == Dlt::Wlan {
+            // libpcap 1.10 computes the 802.11 offsets at the start of the program into the registers of the last
+            // `geneve`, so the tests before it read registers nothing has set.
+            return Err(FilterError::new(
+                ErrorKind::Undefined(
+                    "on 802.11, libpcap computes the frame's offsets into the registers of the last 'geneve', so the \
+                     tests before it read registers nothing has set"
+                        .into(),
+                ),
+                self.span,
+            ));
+        }
+        let check = |v6: bool| -> CResult<Cond> {
+            let b0 = self.ports_of(v6, GENEVE_PORT, GENEVE_PORT, false, Some(IPPROTO_UDP), Dir::Dst)?;
+            // The Geneve header: version (2 bits) 0, and the VNI in the upper 3 bytes of its second word.
+            let field = |off: u32, size: u8, mask: u32| -> CResult<Val> {
+                let v = if v6 { self.ld(Rel::LinkPl, 40 + off, size)? } else { self.ld_tran4(off, size)? };
+                Ok(Val::Alu(Alu::And, Box::new(v), Box::new(Val::K(mask))))
+            };
+            let mut b = Cond::and(b0, Cond::Cmp { v: field(8, 1, 0xc0)?, test: Test::Eq, k: 0 });
+            if let Some(vni) = vni {
+                if vni > 0xff_ffff {
+                    return self.err(format!("Geneve VNI {vni} greater than maximum {}", 0xff_ffff));
+                }
+                b = Cond::and(b, Cond::Cmp { v: field(12, 4, 0xffff_ff00)?, test: Test::Eq, k: vni << 8 });
+            }
+            Ok(b)
+        };
+        let v4 = check(false)?;
+        let v6 = check(true)?;
+        if 3 * (self.geneves + 1) > MEMWORDS {
+            return self.err("too many registers needed to evaluate expression");
+        }
+        let nl = self.off(Rel::LinkPl, 0)?;
+        let v6_len = match &nl.var {
+            Some(v) => Val::Alu(Alu::Add, Box::new(Val::K(40)), Box::new(v.clone())),
+            None => Val::K(40),
+        };
+        let at = std::sync::Arc::new(Geneve {
+            id: self.geneves + 1,
+            v4: v4.clone(),
+            v4_len: self.iphdr_end()?.0,
+            v6_len,
+            k: nl.k.wrapping_add(8),
+        });
+        let reg = |field: GeneveField| Val::Geneve { at: at.clone(), field };
+        let off = |field: GeneveField| Off { var: Some(reg(field)), k: 0 };
+        // The offsets are computed (their loads made) where the test matched.
+        let b = Cond::and(Cond::or(v4, v6), Cond::Touch(reg(GeneveField::Payload)));
+        self.geneves += 1;
+        self.geneve_latest = Some(self.geneves);
+        self.dlt = Dlt::Ether;
+        self.dlt_value = 1;
+        self.off_linkhdr = off(GeneveField::Header);
+        self.off_linktype = Some(off(GeneveField::LinkType));
+        self.off_linkpl = Some(off(GeneveField::Payload));
+        self.off_nl = 0;
+        self.geneve_ll = Some((reg(GeneveField::Header), reg(GeneveField::Payload)));
         Ok(b)
     }
 }
@@ -1264,5 +1415,82 @@ fn ethertype_to_ppptype(p: u32) -> u32 {
         0x42 => 0x0031, // 802.1D bridge PDU
         LLCSAP_IPX => 0x002b,
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ErrorKind, Filter, Target};
+    use pcaptool_packet::LinkType;
+
+    fn compile(f: &str, lt: u32) -> Result<crate::Matcher, ErrorKind> {
+        Filter::new(f).and_then(|x| x.compile(Target::new(LinkType(lt)))).map_err(|e| e.kind)
+    }
+
+    /// Ethernet, IPv4, UDP to port 6081, a Geneve header (version 0, `options` 4-byte words, protocol `proto`,
+    /// VNI 10), then `inner`.
+    fn geneve(options: u8, proto: u16, inner: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 12];
+        p.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        p.extend_from_slice(&[0x9c, 0x40, 0x17, 0xc1, 0, 0, 0, 0]);
+        p.extend_from_slice(&[options, 0]);
+        p.extend_from_slice(&proto.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 10, 0]);
+        p.extend(std::iter::repeat_n(0xaa, 4 * usize::from(options)));
+        p.extend_from_slice(inner);
+        p
+    }
+
+    #[test]
+    fn geneve_reads_the_inner_packet_past_options_with_or_without_an_inner_ethernet_header() {
+        let m = |f: &str, p: &[u8]| compile(f, 1).unwrap().matches(p, p.len() as u32, 0);
+        // Bare IPv4 inside (protocol 0x0800): the network layer right after the Geneve header and its options.
+        let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 192, 0, 2, 7, 192, 0, 2, 8];
+        ip.extend_from_slice(&[0, 1, 0, 80]);
+        let bare = geneve(2, 0x0800, &ip);
+        assert!(m("geneve 10 and ip and host 192.0.2.7 and tcp dst port 80", &bare));
+        assert!(!m("geneve 11", &bare));
+        assert!(!m("geneve and ether host 0:0:0:0:0:0", &bare), "no inner Ethernet header to test");
+        // Transparent Ethernet Bridging: an inner Ethernet header (zero MACs) first.
+        let mut eth = vec![0u8; 12];
+        eth.extend_from_slice(&[0x08, 0x00]);
+        eth.extend_from_slice(&ip);
+        let teb = geneve(1, 0x6558, &eth);
+        assert!(m("geneve and ether host 0:0:0:0:0:0 and tcp port 80", &teb));
+        // Cut inside the Geneve header's protocol type: the offsets cannot be computed, and the whole filter
+        // fails there, even on its other side.
+        assert!(!m("geneve or less 1000", &teb[..14 + 20 + 8 + 3]));
+        assert!(m("geneve or less 1000", &teb[..14 + 20 + 8 + 4]));
+    }
+
+    #[test]
+    fn tests_that_may_run_where_geneve_did_not_match_are_refused() {
+        for f in [
+            "geneve or ip",
+            "not geneve and tcp",
+            "geneve and (geneve 5 or tcp)",
+            "geneve and icmp6 or geneve and icmp",
+            "(geneve or udp) and ether broadcast",
+        ] {
+            assert!(matches!(compile(f, 1), Err(ErrorKind::Undefined(_))), "`{f}`");
+        }
+        for f in [
+            "geneve or less 100",
+            "geneve and (ip or ip6)",
+            "not (geneve and tcp) and len > 60",
+            "tcp or geneve",
+            "geneve and (ip or geneve)",
+            "(udp and geneve) and vlan 3",
+        ] {
+            assert!(compile(f, 1).is_ok(), "`{f}`");
+        }
+        // libpcap's limits: 16 scratch registers, three for each `geneve`; 24-bit VNIs.
+        let five = ["geneve"; 5].join(" and ");
+        assert!(compile(&five, 1).is_ok());
+        assert!(matches!(compile(&format!("{five} and geneve"), 1), Err(ErrorKind::Invalid(_))));
+        assert!(matches!(compile("geneve 0x1000000", 1), Err(ErrorKind::Invalid(_))));
+        // On 802.11, libpcap computes the frame's offsets into the registers of the last `geneve`.
+        assert!(matches!(compile("geneve", 105), Err(ErrorKind::Undefined(_))));
+        assert!(compile("geneve and ip", 113).is_ok());
     }
 }

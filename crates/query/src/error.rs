@@ -59,6 +59,9 @@ pub enum ErrorKind {
     BadTime(String),
     /// A filter libpcap also refuses, with libpcap's reason (qualifier misuse, value out of range, ...).
     Invalid(String),
+    /// A filter libpcap accepts but whose result it leaves to chance (it reads scratch memory nothing has set):
+    /// pcaptool refuses it, and says how to write what was meant.
+    Undefined(String),
     /// The filter nests deeper than pcaptool takes (see [`crate::MAX_DEPTH`]).
     TooDeep {
         /// The most levels taken.
@@ -87,6 +90,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::UnknownName { what, name } => write!(f, "unknown {what} '{name}'"),
             ErrorKind::BadTime(why) => write!(f, "{why}"),
             ErrorKind::Invalid(why) => write!(f, "{why}"),
+            ErrorKind::Undefined(why) => write!(f, "libpcap leaves the result of this filter to chance: {why}"),
             ErrorKind::TooDeep { max } => write!(
                 f,
                 "the filter nests more than {max} levels deep (parentheses, 'not', arithmetic operators, 'and' and \

@@ -27,6 +27,7 @@ pub(crate) enum Kw {
     Mpls,
     Pppoed,
     Pppoes,
+    Geneve,
     After,
     Before,
     /// A libpcap keyword that pcaptool does not evaluate; the error names it.
@@ -130,6 +131,7 @@ const KEYWORDS: &[(&str, Kw)] = &[
     ("mpls", Kw::Mpls),
     ("pppoed", Kw::Pppoed),
     ("pppoes", Kw::Pppoes),
+    ("geneve", Kw::Geneve),
     ("after", Kw::After),
     ("before", Kw::Before),
 ];
@@ -164,7 +166,6 @@ const UNSUPPORTED: &[&str] = &[
     "inbound",
     "outbound",
     "ifindex",
-    "geneve",
     "vxlan",
     "lane",
     "llc",

@@ -66,8 +66,8 @@ impl Filter {
         self.expr.as_ref()
     }
 
-    /// Whether libpcap optimises this filter: not when it holds `protochain`, whose loop turns libpcap's
-    /// optimiser off for the whole filter (so that, for example, a packet too short for a test the optimiser would
+    /// Whether libpcap optimises this filter: not when it holds `protochain` or `geneve`, whose loop and jumps
+    /// turn libpcap's optimiser off for the whole filter (so that, for example, a packet too short for a test the optimiser would
     /// have dropped is refused, and a filter that matches nothing is not an error).
     pub fn optimized(&self) -> bool {
         fn walk(e: &Expr) -> bool {
@@ -75,6 +75,7 @@ impl Filter {
                 Expr::And(v) | Expr::Or(v) => v.iter().all(walk),
                 Expr::Not(a) => walk(a),
                 Expr::Prim(ast::Prim::Id { q, .. }, _) => q.addr != ast::AddrKind::ProtoChain,
+                Expr::Prim(ast::Prim::Geneve(_), _) => false,
                 Expr::Prim(..) => true,
             }
         }

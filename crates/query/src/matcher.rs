@@ -97,9 +97,10 @@ enum Key {
     ExprX(u64),
 }
 
-/// Whether a value loads at an offset that depends on a header of variable length (802.11 after radiotap, PPI).
+/// Whether a value loads at an offset that depends on a header of variable length (802.11 after radiotap, PPI;
+/// the packet inside a Geneve header).
 fn variable(v: &Val) -> bool {
-    v.any(&|x| matches!(x, Val::Wlan { .. } | Val::PrefixLen))
+    v.any(&|x| matches!(x, Val::Wlan { .. } | Val::PrefixLen | Val::Geneve { .. }))
 }
 
 fn structural<T: std::hash::Hash>(v: &T) -> u64 {
@@ -927,7 +928,7 @@ impl Matcher {
     }
 
     /// Whether the program is optimised as libpcap optimises it (libpcap does not optimise a filter holding
-    /// `protochain`).
+    /// `protochain` or `geneve`).
     pub fn optimized(&self) -> bool {
         self.optimized
     }

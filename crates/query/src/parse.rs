@@ -275,13 +275,14 @@ impl Parser<'_> {
                         let p = if kw == Kw::Less { Prim::Less(n) } else { Prim::Greater(n) };
                         Ok(self.prim(p, start))
                     }
-                    Kw::Vlan | Kw::Mpls | Kw::Pppoes => {
+                    Kw::Vlan | Kw::Mpls | Kw::Pppoes | Kw::Geneve => {
                         self.bump();
                         let n = self.opt_pnum();
                         self.q = None;
                         let p = match kw {
                             Kw::Vlan => Prim::Vlan(n),
                             Kw::Mpls => Prim::Mpls(n),
+                            Kw::Geneve => Prim::Geneve(n),
                             _ => Prim::Pppoes(n),
                         };
                         Ok(self.prim(p, start))
@@ -321,7 +322,7 @@ impl Parser<'_> {
         }
     }
 
-    /// `VLAN pnum | VLAN` (also `mpls`, `pppoes`): a number, possibly in parentheses, if one follows.
+    /// `VLAN pnum | VLAN` (also `mpls`, `pppoes`, `geneve`): a number, possibly in parentheses, if one follows.
     fn opt_pnum(&mut self) -> Option<u32> {
         let saved = self.save();
         match self.pnum() {

@@ -46,7 +46,8 @@ fn by_dir(dir: Dir, src: Need, dst: Need) -> Need {
 }
 
 struct Walk {
-    /// `vlan`, `mpls` or `pppoes` seen: later primitives read moved offsets; the index fields no longer apply.
+    /// `vlan`, `mpls`, `pppoes` or `geneve` seen: later primitives read moved offsets; the index fields no longer
+    /// apply.
     shifted: bool,
 }
 
@@ -62,7 +63,7 @@ impl Walk {
             }
             Expr::Prim(p, _) => {
                 let n = if self.shifted { Need::All } else { self.prim(p) };
-                if matches!(p, Prim::Vlan(_) | Prim::Mpls(_) | Prim::Pppoes(_)) {
+                if matches!(p, Prim::Vlan(_) | Prim::Mpls(_) | Prim::Pppoes(_) | Prim::Geneve(_)) {
                     self.shifted = true;
                 }
                 n
@@ -95,6 +96,8 @@ impl Walk {
             Prim::Vlan(None) => Need::or(VLAN_TPIDS.iter().map(|&t| eq(Field::LinkProto, t)).collect()),
             Prim::Vlan(Some(id)) if *id <= 0x0fff => eq(Field::VlanId, (*id).into()),
             Prim::Rel { op, lhs, rhs } => tcp_flags(*op, lhs, rhs),
+            // The outer packet is UDP to port 6081 (libpcap's `udp dst port 6081` tests, and more).
+            Prim::Geneve(_) => with_transport(Proto::Udp, eq(Field::DstPort, 6081)),
             _ => Need::All,
         }
     }
@@ -397,6 +400,8 @@ mod tests {
         assert_eq!(n("vlan and host 1.2.3.4"), "(link.proto = 0x8100 or link.proto = 0x88a8 or link.proto = 0x9100)");
         assert_eq!(n("udp dst portrange 5000-6000"), "((ip.proto = 17 or ip.proto = 44) and port.dst in [5000, 6000])");
         assert_eq!(n("vlan 7"), "vlan = 7");
+        // Tests after `geneve` read the inner packet, which the index does not describe.
+        assert_eq!(n("geneve 5 and host 1.2.3.4"), "((ip.proto = 17 or ip.proto = 44) and port.dst = 6081)");
         assert_eq!(
             n("tcp[tcpflags] & (tcp-syn|tcp-ack) = tcp-syn"),
             "(link.proto = 0x0800 and ip.proto = 6 and tcp.flags & 0x12 in [0x2, 0x2])"

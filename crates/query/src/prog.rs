@@ -114,10 +114,69 @@ pub enum Val {
         /// The protocol sought (the walk stops on it).
         proto: u32,
     },
+    /// An offset into the packet inside a Geneve header, as libpcap's `geneve` computes it (see [`Geneve`]).
+    Geneve {
+        /// Where the Geneve header is (shared by every offset of one `geneve`, so that the tests after several
+        /// nested ones cost memory in proportion to the filter).
+        at: std::sync::Arc<Geneve>,
+        /// Which offset.
+        field: GeneveField,
+    },
     /// An operation on two values (left computed first).
     Alu(Alu, Box<Val>, Box<Val>),
     /// Negation (two's complement).
     Neg(Box<Val>),
+}
+
+/// Where a Geneve header starts: libpcap's `gen_geneve4`/`gen_geneve6` leave the outer IP header's length in
+/// `A` (the IPv4 header's, or 40 for IPv6, plus any variable part of the link-layer header), and
+/// `gen_geneve_offsets` adds the constant rest (link-layer header and UDP header).
+#[derive(Clone, PartialEq, Eq, Debug, Hash)]
+pub struct Geneve {
+    /// Which `geneve` of the filter this is (1 for the first): names it in listings.
+    pub id: u32,
+    /// libpcap's IPv4 Geneve test (outer IPv4, UDP to port 6081, version 0, the VNI). The offsets are only read
+    /// where the whole `geneve` test held; then this held, or else the IPv6 test did. Its loads were made when
+    /// `geneve` was tested, so evaluating it again cannot fail.
+    pub v4: Cond,
+    /// `A` after the IPv4 test: the end of the IPv4 header, less the constant part of its offset.
+    pub v4_len: Val,
+    /// `A` after the IPv6 test: 40, plus the variable part of the network header's offset.
+    pub v6_len: Val,
+    /// What `gen_geneve_offsets` adds: the constant part of the network header's offset, plus 8 (UDP).
+    pub k: u32,
+}
+
+/// The offsets `geneve` moves for every test after it (libpcap keeps them in scratch registers).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum GeneveField {
+    /// The link-layer header: just past the Geneve header and its options.
+    Header,
+    /// The protocol type: the inner Ethernet type after Transparent Ethernet Bridging (0x6558), else the Geneve
+    /// header's own protocol field.
+    LinkType,
+    /// The link-layer payload: past the inner Ethernet header after Transparent Ethernet Bridging, else past the
+    /// Geneve header.
+    Payload,
+}
+
+impl Geneve {
+    /// The offset `field`, with the loads of `gen_geneve_offsets` (the option length at the header's start, the
+    /// protocol type 2 bytes in), which end the program when the packet is too short for them.
+    fn eval(&self, field: GeneveField, p: &Packet<'_>) -> Option<u32> {
+        let a = if self.v4.eval(p)? { self.v4_len.eval(p)? } else { self.v6_len.eval(p)? };
+        let hdr = a.wrapping_add(self.k);
+        let options = load(p.data, u64::from(hdr), 1)?;
+        let end = ((options & 0x3f) * 4 + 8).wrapping_add(hdr);
+        let teb = load(p.data, u64::from(hdr) + 2, 2)? == 0x6558;
+        Some(match (field, teb) {
+            (GeneveField::Header, _) => end,
+            (GeneveField::LinkType, true) => end.wrapping_add(12),
+            (GeneveField::LinkType, false) => hdr.wrapping_add(2),
+            (GeneveField::Payload, true) => end.wrapping_add(14),
+            (GeneveField::Payload, false) => end,
+        })
+    }
 }
 
 /// The facts about a packet a filter looks at.
@@ -215,6 +274,7 @@ impl Val {
                 Some(pl)
             }
             Val::ProtoChain { nl, v6, proto } => protochain(p.data, *nl, *v6, *proto),
+            Val::Geneve { at, field } => at.eval(*field, p),
             Val::Alu(op, a, b) => {
                 let a = a.eval(p)?;
                 let b = b.eval(p)?;
@@ -231,6 +291,7 @@ impl Val {
                 Val::K(_) | Val::Len | Val::Ld { .. } | Val::Msh(_) | Val::PrefixLen | Val::ProtoChain { .. } => false,
                 Val::LdInd { base, .. } | Val::MshInd { base, .. } => base.any(pred),
                 Val::Wlan { hdr, .. } => hdr.any(pred),
+                Val::Geneve { at, .. } => at.v4.any_val(pred) || at.v4_len.any(pred) || at.v6_len.any(pred),
                 Val::Alu(_, a, b) => a.any(pred) || b.any(pred),
                 Val::Neg(a) => a.any(pred),
             }
@@ -246,7 +307,8 @@ impl Val {
             | Val::MshInd { .. }
             | Val::Wlan { .. }
             | Val::PrefixLen
-            | Val::ProtoChain { .. } => true,
+            | Val::ProtoChain { .. }
+            | Val::Geneve { .. } => true,
             Val::Alu(op, a, b) => matches!(op, Alu::Div | Alu::Mod) || a.can_fail() || b.can_fail(),
             Val::Neg(a) => a.can_fail(),
         }
@@ -394,6 +456,14 @@ impl fmt::Display for Val {
             Val::PrefixLen => write!(f, "hdrlen"),
             Val::ProtoChain { nl, v6, proto } => {
                 write!(f, "protochain(ip{} at {nl}, until {proto})", if *v6 { "6" } else { "" })
+            }
+            Val::Geneve { at, field } => {
+                let what = match field {
+                    GeneveField::Header => "header",
+                    GeneveField::LinkType => "type",
+                    GeneveField::Payload => "payload",
+                };
+                write!(f, "geneve{}.{what}", at.id)
             }
             Val::Wlan { hdr, radiotap: true } => write!(f, "wlan_payload(radiotap {hdr})"),
             Val::Wlan { hdr, radiotap: false } => write!(f, "wlan_payload({hdr})"),
