@@ -71,8 +71,10 @@ impl Positional {
             .map_err(|e| self.error(e))
     }
 
-    /// Writes consecutive lists of records, each list by its own thread.
-    pub(crate) fn write(&mut self, lists: &[Vec<Record<'_>>]) -> Result<(), SinkError> {
+    /// Writes consecutive lists of records, each list by its own thread. Records read from `source` (the mapped
+    /// trace, when they were) whose bytes there are already the output's (a pcap trace in this byte order and
+    /// precision, the packet not cut) are written from it: a long run of them in one write, with no copy.
+    pub(crate) fn write(&mut self, lists: &[Vec<Record<'_>>], source: Option<&[u8]>) -> Result<(), SinkError> {
         let mut starts = Vec::with_capacity(lists.len());
         for l in lists {
             starts.push(self.next);
@@ -83,22 +85,93 @@ impl Positional {
         lists
             .par_iter()
             .zip(starts)
-            .try_for_each(|(l, mut at)| -> Result<(), WriteError> {
-                let mut buf = Vec::with_capacity(1 << 20);
-                for r in l {
-                    buf.extend_from_slice(&pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?);
-                    buf.extend_from_slice(r.data);
-                    if buf.len() >= 1 << 20 {
-                        file.write_all_at(&buf, at)?;
-                        at += buf.len() as u64;
-                        buf.clear();
-                    }
-                }
-                file.write_all_at(&buf, at)?;
-                Ok(())
-            })
+            .try_for_each(|(l, at)| write_list(file, precision, l, at, source))
             .map_err(|e| self.error(e))
     }
+
+    /// Writes records next, from this thread ([`Positional::write`] for one list).
+    pub(crate) fn append(&mut self, list: &[Record<'_>], source: Option<&[u8]>) -> Result<(), SinkError> {
+        let at = self.next;
+        self.next += list.iter().map(|r| 16 + r.data.len() as u64).sum::<u64>();
+        write_list(&self.file, self.precision, list, at, source).map_err(|e| self.error(e))
+    }
+}
+
+/// Writes `list`'s records from byte `at` of `file`, runs of them straight from `source` where they are already
+/// the output's bytes (see [`Positional::write`]).
+fn write_list(
+    file: &File,
+    precision: TsPrecision,
+    list: &[Record<'_>],
+    at: u64,
+    source: Option<&[u8]>,
+) -> Result<(), WriteError> {
+    let mut out = Out { file, at, buf: Vec::with_capacity(BUF) };
+    // Source bytes of consecutive verbatim records not yet written.
+    let mut run = 0..0;
+    let src = source.unwrap_or_default();
+    for r in list {
+        let h = pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?;
+        match source.and_then(|s| verbatim(s, r, &h)) {
+            Some(span) if span.start == run.end && !run.is_empty() => run.end = span.end,
+            Some(span) => out.source(src, std::mem::replace(&mut run, span))?,
+            None => {
+                out.source(src, std::mem::replace(&mut run, 0..0))?;
+                out.copy(&[&h, r.data])?;
+            }
+        }
+    }
+    out.source(src, run)?;
+    out.flush()
+}
+
+/// Bytes gathered for one positional write (1 MiB), and the least run of source bytes written on its own rather
+/// than copied into them (a write of its own costs a system call; below this, the copy costs less).
+const BUF: usize = 1 << 20;
+const DIRECT: usize = 256 << 10;
+
+/// The output of one list of records: where its next byte goes, and the bytes gathered for it.
+struct Out<'f> {
+    file: &'f File,
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl Out<'_> {
+    fn flush(&mut self) -> Result<(), WriteError> {
+        self.file.write_all_at(&self.buf, self.at)?;
+        self.at += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn copy(&mut self, parts: &[&[u8]]) -> Result<(), WriteError> {
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        if self.buf.len() >= BUF { self.flush() } else { Ok(()) }
+    }
+
+    /// `source[span]`: written from where it is when long, else gathered.
+    fn source(&mut self, source: &[u8], span: std::ops::Range<usize>) -> Result<(), WriteError> {
+        let bytes = &source[span];
+        if bytes.len() < DIRECT {
+            return self.copy(&[bytes]);
+        }
+        self.flush()?;
+        self.file.write_all_at(bytes, self.at)?;
+        self.at += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// Where `r`'s output bytes (its pcap record `header`, then its data) lie in `source` as they are, if they do:
+/// the record was read from there, its header bytes are these, and its data follows it uncut.
+fn verbatim(source: &[u8], r: &Record<'_>, header: &[u8; 16]) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(r.offset).ok()?;
+    let end = start.checked_add(16)?.checked_add(r.data.len())?;
+    let (h, data) = source.get(start..end)?.split_at(16);
+    (h == header && std::ptr::eq(data.as_ptr(), r.data.as_ptr())).then_some(start..end)
 }
 
 /// Records copied out of a reused read buffer, kept until they are written. For a [`Positional`] output each

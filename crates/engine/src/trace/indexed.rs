@@ -59,10 +59,12 @@ impl Run<'_, '_> {
 
     /// Gives the matches of consecutive lists, in order, up to the limit in all (counted in `stats`); true when
     /// the answer is complete (the limit reached, or the sink stopped it).
+    /// (`source`: the mapped trace the records were read from, if they were.)
     fn emit(
         &mut self,
         mut lists: Vec<Vec<Record<'_>>>,
         positional: bool,
+        source: Option<&[u8]>,
         ifaces: &[Interface],
         stats: &mut Outcome,
     ) -> Result<bool, Error> {
@@ -72,7 +74,7 @@ impl Run<'_, '_> {
         });
         if positional {
             if let Some(p) = self.sink.positional(ifaces)? {
-                p.write(&lists)?;
+                p.write(&lists, source)?;
             }
             return Ok(done);
         }
@@ -101,7 +103,7 @@ impl Run<'_, '_> {
     ) -> Result<bool, Error> {
         if !positional {
             let lists = arenas.iter().map(Arena::records).collect();
-            return self.emit(lists, false, ifaces, stats);
+            return self.emit(lists, false, None, ifaces, stats);
         }
         let done = keep_first(&mut arenas, self.limit(), stats, Arena::truncate);
         if let Some(p) = self.sink.positional(ifaces)? {
@@ -119,6 +121,12 @@ impl Run<'_, '_> {
         let mut stats = Outcome { packets: view.packets(), ..Outcome::default() };
         let seeker = self.seeker(bytes, view)?;
         self.progress.start(self.source.size);
+        if positional && self.req.limit.is_none() {
+            self.scan_chunks_piped(bytes, view, &seeker, snap, &mut stats)?;
+            self.progress.finish();
+            stats.damage = self.index_damage(view, bytes, &seeker)?;
+            return Ok(stats);
+        }
         let source = self.source;
         let trace = &source.path;
         let all: Vec<usize> = (0..view.chunks().len()).collect();
@@ -142,7 +150,7 @@ impl Run<'_, '_> {
                     .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
                     .map_err(|e| index_error(view, e))?
             };
-            if self.emit(lists, positional, seeker.interfaces(), &mut stats)? {
+            if self.emit(lists, positional, Some(bytes), seeker.interfaces(), &mut stats)? {
                 self.progress.finish();
                 return Ok(stats);
             }
@@ -150,6 +158,134 @@ impl Run<'_, '_> {
         self.progress.finish();
         stats.damage = self.index_damage(view, bytes, &seeker)?;
         Ok(stats)
+    }
+
+    /// [`Run::scan_chunks`] into a positional output: decider threads take the chunks in order and hand their
+    /// matches in batches to this thread, which writes them in trace order as they come. Deciding overlaps
+    /// writing, and one thread writes: threads writing one file wait for its lock, spinning (on the real-traffic
+    /// trace, `tcp` to a file in memory spent 17% of its processor time there; docs/BENCHMARKS.md).
+    fn scan_chunks_piped(
+        &mut self,
+        bytes: &[u8],
+        view: &IndexView<'_>,
+        seeker: &Seeker,
+        snap: usize,
+        stats: &mut Outcome,
+    ) -> Result<(), Error> {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+        use std::sync::{Condvar, Mutex};
+        enum Piece<'d> {
+            /// Matches of a chunk, in order; more may follow.
+            Matches(usize, Vec<Record<'d>>),
+            /// The chunk's matches are all sent.
+            Done(usize),
+            Failed(pcaptool_index::IndexError),
+        }
+        const BATCH: usize = 8192;
+        let chunks = view.chunks().len();
+        // One thread fewer than the processors, this one writing: writing costs about what deciding costs (the
+        // kernel's copy into the file), and a third thread would take processor time from the writer.
+        let threads = rayon::current_num_threads().saturating_sub(1).max(1);
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        // Chunks written so far: a decider waits before starting one more than `ahead` past them, so that memory
+        // holds a few chunks' matches.
+        let written = (Mutex::new(0usize), Condvar::new());
+        let ahead = 2 * threads;
+        let (req, progress, trace) = (self.req, self.progress, &self.source.path);
+        let decide = self.matchers.decider();
+        let Some(out) = self.sink.positional(seeker.interfaces())? else { return Ok(()) };
+        let halt = || {
+            stop.store(true, Relaxed);
+            let _guard = written.0.lock().unwrap_or_else(|e| e.into_inner());
+            written.1.notify_all();
+        };
+        let (mut failed, mut write_error) = (None, None);
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Piece<'_>>(4 * threads);
+            for _ in 0..threads {
+                let tx = tx.clone();
+                let (next, stop, written, decide) = (&next, &stop, &written, &decide);
+                s.spawn(move || {
+                    while !stop.load(Relaxed) {
+                        let ci = next.fetch_add(1, Relaxed);
+                        if ci >= chunks {
+                            return;
+                        }
+                        {
+                            let mut w = written.0.lock().unwrap_or_else(|e| e.into_inner());
+                            while ci >= *w + ahead && !stop.load(Relaxed) {
+                                w = written.1.wait(w).unwrap_or_else(|e| e.into_inner());
+                            }
+                        }
+                        let mut batch = Vec::with_capacity(BATCH);
+                        let walked = view.walk_chunk(bytes, seeker, trace, ci, &mut |_, rec| {
+                            let rec = cut(rec, snap);
+                            if req.in_window(rec.ts_ns) && decide(&rec) {
+                                batch.push(rec);
+                                if batch.len() == BATCH {
+                                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                                    // (The writer has stopped reading only when the answer failed.)
+                                    let _ = tx.send(Piece::Matches(ci, full));
+                                }
+                            }
+                            Ok(())
+                        });
+                        match walked.and_then(|()| view.chunk_bytes(ci)) {
+                            Ok(n) => {
+                                progress.advance(n);
+                                let _ = tx.send(Piece::Matches(ci, batch));
+                                let _ = tx.send(Piece::Done(ci));
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Piece::Failed(e));
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            // Matches of chunks after the one being written, and whether each is complete.
+            let mut pending: std::collections::HashMap<usize, (Vec<Vec<Record<'_>>>, bool)> = Default::default();
+            let mut at = 0;
+            for piece in rx {
+                match piece {
+                    Piece::Matches(ci, recs) => pending.entry(ci).or_default().0.push(recs),
+                    Piece::Done(ci) => pending.entry(ci).or_default().1 = true,
+                    Piece::Failed(e) => {
+                        failed.get_or_insert(e);
+                        halt();
+                    }
+                }
+                while let Some((lists, done)) = pending.get_mut(&at) {
+                    for recs in lists.drain(..) {
+                        stats.matched += recs.len() as u64;
+                        if write_error.is_none()
+                            && let Err(e) = out.append(&recs, Some(bytes))
+                        {
+                            write_error = Some(e);
+                            halt();
+                        }
+                    }
+                    if !*done {
+                        break;
+                    }
+                    pending.remove(&at);
+                    at += 1;
+                    let mut w = written.0.lock().unwrap_or_else(|e| e.into_inner());
+                    *w = at;
+                    written.1.notify_all();
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(index_error(view, e));
+        }
+        match write_error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// A reader of the records of the mapped trace `bytes` at the offsets the index gives, with the filter
@@ -262,7 +398,7 @@ impl Run<'_, '_> {
                             .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
                             .map_err(|e| index_error(view, e))?
                     };
-                    self.emit(lists, positional, seeker.interfaces(), &mut stats)?
+                    self.emit(lists, positional, Some(bytes), seeker.interfaces(), &mut stats)?
                 };
                 if done {
                     break;
