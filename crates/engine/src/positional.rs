@@ -41,6 +41,12 @@ impl Positional {
         SinkError::Write { to: self.name.clone(), source }
     }
 
+    /// Whether writing costs time of its own: a regular file's bytes are copied into its pages (a device such as
+    /// /dev/null takes them for nothing).
+    pub(crate) fn writes_cost(&self) -> bool {
+        self.file.metadata().is_ok_and(|m| m.is_file())
+    }
+
     /// Ends the file where the last record ends (a file that was longer is cut).
     pub fn finish(self) -> io::Result<()> {
         let is_file = self.file.metadata()?.is_file();

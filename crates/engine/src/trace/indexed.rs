@@ -182,10 +182,13 @@ impl Run<'_, '_> {
             Failed(pcaptool_index::IndexError),
         }
         const BATCH: usize = 8192;
+        let Some(out) = self.sink.positional(seeker.interfaces())? else { return Ok(()) };
         let chunks = view.chunks().len();
-        // One thread fewer than the processors, this one writing: writing costs about what deciding costs (the
-        // kernel's copy into the file), and a third thread would take processor time from the writer.
-        let threads = rayon::current_num_threads().saturating_sub(1).max(1);
+        // Into a file, one decider fewer than the processors, this thread writing: writing costs about what
+        // deciding costs (the kernel's copy into the file's pages), and one more decider would take processor time
+        // from the writer. Into a device that takes the bytes for nothing, a decider on every processor.
+        let processors = rayon::current_num_threads().max(1);
+        let threads = if out.writes_cost() { processors.saturating_sub(1).max(1) } else { processors };
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         // Chunks written so far: a decider waits before starting one more than `ahead` past them, so that memory
@@ -194,7 +197,6 @@ impl Run<'_, '_> {
         let ahead = 2 * threads;
         let (req, progress, trace) = (self.req, self.progress, &self.source.path);
         let decide = self.matchers.decider();
-        let Some(out) = self.sink.positional(seeker.interfaces())? else { return Ok(()) };
         let halt = || {
             stop.store(true, Relaxed);
             let _guard = written.0.lock().unwrap_or_else(|e| e.into_inner());
