@@ -77,10 +77,8 @@ impl Positional {
             .map_err(|e| self.error(e))
     }
 
-    /// Writes consecutive lists of records, each list by its own thread. Records read from `source` (the mapped
-    /// trace, when they were) whose bytes there are already the output's (a pcap trace in this byte order and
-    /// precision, the packet not cut) are written from it: a long run of them in one write, with no copy.
-    pub(crate) fn write(&mut self, lists: &[Vec<Record<'_>>], source: Option<&[u8]>) -> Result<(), SinkError> {
+    /// Writes consecutive lists of records, each list by its own thread.
+    pub(crate) fn write(&mut self, lists: &[Vec<Record<'_>>]) -> Result<(), SinkError> {
         let mut starts = Vec::with_capacity(lists.len());
         for l in lists {
             starts.push(self.next);
@@ -91,11 +89,15 @@ impl Positional {
         lists
             .par_iter()
             .zip(starts)
-            .try_for_each(|(l, at)| write_list(file, precision, l, at, source))
+            .try_for_each(|(l, at)| write_list(file, precision, l, at, None))
             .map_err(|e| self.error(e))
     }
 
-    /// Writes records next, from this thread ([`Positional::write`] for one list).
+    /// Writes records next, from this thread. Records read from `source` (the mapped trace, when they were) whose
+    /// bytes there are already the output's (a pcap trace in this byte order and precision, the packet not cut)
+    /// are written from it: a long run of them in one write, with no copy. (Measured on the real-traffic trace,
+    /// `tcp` into /dev/shm: 0.40 s against 0.41-0.43 s copied, medians 0.40 against 0.46-0.48; where runs are
+    /// short, as under a selective filter, the check costs more than it saves, so the parallel writers skip it.)
     pub(crate) fn append(&mut self, list: &[Record<'_>], source: Option<&[u8]>) -> Result<(), SinkError> {
         let at = self.next;
         self.next += list.iter().map(|r| 16 + r.data.len() as u64).sum::<u64>();
@@ -104,7 +106,7 @@ impl Positional {
 }
 
 /// Writes `list`'s records from byte `at` of `file`, runs of them straight from `source` where they are already
-/// the output's bytes (see [`Positional::write`]).
+/// the output's bytes (see [`Positional::append`]).
 fn write_list(
     file: &File,
     precision: TsPrecision,
@@ -113,12 +115,17 @@ fn write_list(
     source: Option<&[u8]>,
 ) -> Result<(), WriteError> {
     let mut out = Out { file, at, buf: Vec::with_capacity(BUF) };
+    let Some(src) = source else {
+        for r in list {
+            out.copy(&[&pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?, r.data])?;
+        }
+        return out.flush();
+    };
     // Source bytes of consecutive verbatim records not yet written.
     let mut run = 0..0;
-    let src = source.unwrap_or_default();
     for r in list {
         let h = pcap_record_header(precision, r.ts_ns, r.wirelen, r.data.len())?;
-        match source.and_then(|s| verbatim(s, r, &h)) {
+        match verbatim(src, r, &h) {
             Some(span) if span.start == run.end && !run.is_empty() => run.end = span.end,
             Some(span) => out.source(src, std::mem::replace(&mut run, span))?,
             None => {

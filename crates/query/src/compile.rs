@@ -358,12 +358,13 @@ impl Compiler {
             return self.link_err("pcaptool does not yet evaluate header fields");
         }
         self.geneve_registers_set()?;
-        if self.geneve_latest.is_some() {
-            // Offsets computed by `geneve` where it matched, not at the start of the program.
-        } else if rel == Rel::LinkHdr && self.off_linkhdr.var.is_some() {
-            self.uses_linkhdr_var.set(true);
-        } else if rel != Rel::LinkHdr && self.off_linkpl.as_ref().is_some_and(|o| o.var.is_some()) {
-            self.uses_linkpl_var.set(true);
+        // (After `geneve`, the variable offsets are those it computes where it matched, not the link type's.)
+        if self.geneve_latest.is_none() {
+            if rel == Rel::LinkHdr && self.off_linkhdr.var.is_some() {
+                self.uses_linkhdr_var.set(true);
+            } else if rel != Rel::LinkHdr && self.off_linkpl.as_ref().is_some_and(|o| o.var.is_some()) {
+                self.uses_linkpl_var.set(true);
+            }
         }
         let base = match rel {
             Rel::LinkHdr => Some(self.off_linkhdr.clone()),

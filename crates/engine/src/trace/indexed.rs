@@ -59,12 +59,10 @@ impl Run<'_, '_> {
 
     /// Gives the matches of consecutive lists, in order, up to the limit in all (counted in `stats`); true when
     /// the answer is complete (the limit reached, or the sink stopped it).
-    /// (`source`: the mapped trace the records were read from, if they were.)
     fn emit(
         &mut self,
         mut lists: Vec<Vec<Record<'_>>>,
         positional: bool,
-        source: Option<&[u8]>,
         ifaces: &[Interface],
         stats: &mut Outcome,
     ) -> Result<bool, Error> {
@@ -74,7 +72,7 @@ impl Run<'_, '_> {
         });
         if positional {
             if let Some(p) = self.sink.positional(ifaces)? {
-                p.write(&lists, source)?;
+                p.write(&lists)?;
             }
             return Ok(done);
         }
@@ -103,7 +101,7 @@ impl Run<'_, '_> {
     ) -> Result<bool, Error> {
         if !positional {
             let lists = arenas.iter().map(Arena::records).collect();
-            return self.emit(lists, false, None, ifaces, stats);
+            return self.emit(lists, false, ifaces, stats);
         }
         let done = keep_first(&mut arenas, self.limit(), stats, Arena::truncate);
         if let Some(p) = self.sink.positional(ifaces)? {
@@ -121,7 +119,10 @@ impl Run<'_, '_> {
         let mut stats = Outcome { packets: view.packets(), ..Outcome::default() };
         let seeker = self.seeker(bytes, view)?;
         self.progress.start(self.source.size);
-        if positional && self.req.limit.is_none() {
+        // Into a file, deciding overlaps writing (see `scan_chunks_piped`); into a device that takes the bytes for
+        // nothing (/dev/null), every thread decides, then writes its part.
+        let into_file = positional && self.sink.positional(seeker.interfaces())?.is_some_and(|p| p.writes_cost());
+        if into_file && self.req.limit.is_none() {
             self.scan_chunks_piped(bytes, view, &seeker, snap, &mut stats)?;
             self.progress.finish();
             stats.damage = self.index_damage(view, bytes, &seeker)?;
@@ -150,7 +151,7 @@ impl Run<'_, '_> {
                     .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
                     .map_err(|e| index_error(view, e))?
             };
-            if self.emit(lists, positional, Some(bytes), seeker.interfaces(), &mut stats)? {
+            if self.emit(lists, positional, seeker.interfaces(), &mut stats)? {
                 self.progress.finish();
                 return Ok(stats);
             }
@@ -160,7 +161,7 @@ impl Run<'_, '_> {
         Ok(stats)
     }
 
-    /// [`Run::scan_chunks`] into a positional output: decider threads take the chunks in order and hand their
+    /// [`Run::scan_chunks`] into a positional file: decider threads take the chunks in order and hand their
     /// matches in batches to this thread, which writes them in trace order as they come. Deciding overlaps
     /// writing, and one thread writes: threads writing one file wait for its lock, spinning (on the real-traffic
     /// trace, `tcp` to a file in memory spent 17% of its processor time there; docs/BENCHMARKS.md).
@@ -184,11 +185,9 @@ impl Run<'_, '_> {
         const BATCH: usize = 8192;
         let Some(out) = self.sink.positional(seeker.interfaces())? else { return Ok(()) };
         let chunks = view.chunks().len();
-        // Into a file, one decider fewer than the processors, this thread writing: writing costs about what
-        // deciding costs (the kernel's copy into the file's pages), and one more decider would take processor time
-        // from the writer. Into a device that takes the bytes for nothing, a decider on every processor.
-        let processors = rayon::current_num_threads().max(1);
-        let threads = if out.writes_cost() { processors.saturating_sub(1).max(1) } else { processors };
+        // One decider fewer than the processors, this thread writing: writing costs about what deciding costs (the
+        // kernel's copy into the file's pages), and one more decider would take processor time from the writer.
+        let threads = rayon::current_num_threads().saturating_sub(1).max(1);
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         // Chunks written so far: a decider waits before starting one more than `ahead` past them, so that memory
@@ -400,7 +399,7 @@ impl Run<'_, '_> {
                             .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
                             .map_err(|e| index_error(view, e))?
                     };
-                    self.emit(lists, positional, Some(bytes), seeker.interfaces(), &mut stats)?
+                    self.emit(lists, positional, seeker.interfaces(), &mut stats)?
                 };
                 if done {
                     break;
