@@ -20,6 +20,9 @@ pub struct Positional {
     precision: TsPrecision,
     /// Where the next record goes.
     next: u64,
+    /// Whether the output is a regular file (its bytes copied into its pages, its length cut at the end), not a
+    /// device such as /dev/null.
+    regular: bool,
 }
 
 impl Positional {
@@ -34,7 +37,8 @@ impl Positional {
         let header = TraceWriter::new(Vec::new(), OutputFormat::Pcap(precision)).and_then(|w| w.finish(ifaces));
         let header = header.map_err(error)?;
         file.write_all_at(&header, 0).map_err(|e| error(WriteError::Io(e)))?;
-        Ok(Positional { file, name: name.to_string(), precision, next: header.len() as u64 })
+        let regular = file.metadata().map_err(|e| error(WriteError::Io(e)))?.is_file();
+        Ok(Positional { file, name: name.to_string(), precision, next: header.len() as u64, regular })
     }
 
     fn error(&self, source: WriteError) -> SinkError {
@@ -44,13 +48,12 @@ impl Positional {
     /// Whether writing costs time of its own: a regular file's bytes are copied into its pages (a device such as
     /// /dev/null takes them for nothing).
     pub(crate) fn writes_cost(&self) -> bool {
-        self.file.metadata().is_ok_and(|m| m.is_file())
+        self.regular
     }
 
     /// Ends the file where the last record ends (a file that was longer is cut).
     pub fn finish(self) -> io::Result<()> {
-        let is_file = self.file.metadata()?.is_file();
-        if is_file { self.file.set_len(self.next) } else { Ok(()) }
+        if self.regular { self.file.set_len(self.next) } else { Ok(()) }
     }
 
     /// Writes headed arenas (see [`Arena`]) one after another, each in one write by its own thread.

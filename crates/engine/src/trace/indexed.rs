@@ -121,9 +121,7 @@ impl Run<'_, '_> {
         self.progress.start(self.source.size);
         // Into a file, deciding overlaps writing (see `scan_chunks_piped`); into a device that takes the bytes for
         // nothing (/dev/null), every thread decides, then writes its part.
-        let into_file = positional && self.sink.positional(seeker.interfaces())?.is_some_and(|p| p.writes_cost());
-        if into_file && self.req.limit.is_none() {
-            self.scan_chunks_piped(bytes, view, &seeker, snap, &mut stats)?;
+        if positional && self.req.limit.is_none() && self.scan_chunks_piped(bytes, view, &seeker, snap, &mut stats)? {
             self.progress.finish();
             stats.damage = self.index_damage(view, bytes, &seeker)?;
             return Ok(stats);
@@ -164,7 +162,8 @@ impl Run<'_, '_> {
     /// [`Run::scan_chunks`] into a positional file: decider threads take the chunks in order and hand their
     /// matches in batches to this thread, which writes them in trace order as they come. Deciding overlaps
     /// writing, and one thread writes: threads writing one file wait for its lock, spinning (on the real-traffic
-    /// trace, `tcp` to a file in memory spent 17% of its processor time there; docs/BENCHMARKS.md).
+    /// trace, `tcp` to a file in memory spent 17% of its processor time there; docs/BENCHMARKS.md). False, having
+    /// done nothing, when the output is not a regular file.
     fn scan_chunks_piped(
         &mut self,
         bytes: &[u8],
@@ -172,7 +171,7 @@ impl Run<'_, '_> {
         seeker: &Seeker,
         snap: usize,
         stats: &mut Outcome,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
         use std::sync::{Condvar, Mutex};
         enum Piece<'d> {
@@ -183,7 +182,9 @@ impl Run<'_, '_> {
             Failed(pcaptool_index::IndexError),
         }
         const BATCH: usize = 8192;
-        let Some(out) = self.sink.positional(seeker.interfaces())? else { return Ok(()) };
+        let Some(out) = self.sink.positional(seeker.interfaces())?.filter(|p| p.writes_cost()) else {
+            return Ok(false);
+        };
         let chunks = view.chunks().len();
         // One decider fewer than the processors, this thread writing: writing costs about what deciding costs (the
         // kernel's copy into the file's pages), and one more decider would take processor time from the writer.
@@ -285,7 +286,7 @@ impl Run<'_, '_> {
         }
         match write_error {
             Some(e) => Err(e.into()),
-            None => Ok(()),
+            None => Ok(true),
         }
     }
 
