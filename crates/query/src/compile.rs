@@ -169,9 +169,9 @@ pub(crate) struct Compiler {
     geneves: u32,
     /// The `geneve` (by number) whose registers the offsets now read, if any.
     geneve_latest: Option<u32>,
-    /// libpcap's `is_geneve`: the link-layer header and payload offsets of the latest `geneve`, whose
-    /// difference tells whether an inner Ethernet header is there (until `pppoes` moves the header again).
-    geneve_ll: Option<(Val, Val)>,
+    /// libpcap's `is_geneve`: the link-layer header is the one the latest `geneve` found (until `pppoes` moves
+    /// it), so the variable parts of the header and payload offsets differ where an inner Ethernet header is there.
+    is_geneve: bool,
     /// The `geneve` primitives that have matched wherever the test being compiled runs: those reached from it
     /// back through `and` alone.
     known: Vec<u32>,
@@ -259,7 +259,7 @@ impl Compiler {
             off_linkpl,
             geneves: 0,
             geneve_latest: None,
-            geneve_ll: None,
+            is_geneve: false,
             known: Vec::new(),
         })
     }
@@ -1318,21 +1318,21 @@ impl Compiler {
         self.off_linktype = Some(hdr.clone());
         self.off_linkhdr = hdr;
         self.off_nl = 0;
-        self.geneve_ll = None;
+        self.is_geneve = false;
         Ok(b)
     }
 
     /// `gen_prevlinkhdr_check` for an Ethernet address test: after `geneve`, an inner Ethernet header must be
     /// there (libpcap compares the header and payload offsets), tested first.
     fn inner_ether(&self, b: Cond) -> CResult<Cond> {
-        match &self.geneve_ll {
-            Some((hdr, pl)) => {
-                self.geneve_registers_set()?;
-                let bare = Cond::CmpX { a: hdr.clone(), test: Test::Eq, b: pl.clone() };
-                Ok(Cond::and(Cond::not(bare), b))
-            }
-            None => Ok(b),
+        if !self.is_geneve {
+            return Ok(b);
         }
+        self.geneve_registers_set()?;
+        // libpcap compares the registers alone (`vlan` and `mpls` after `geneve` move the constant parts only).
+        let var = |o: Option<&Off>| o.and_then(|o| o.var.clone()).unwrap_or(Val::K(0));
+        let bare = Cond::CmpX { a: var(Some(&self.off_linkhdr)), test: Test::Eq, b: var(self.off_linkpl.as_ref()) };
+        Ok(Cond::and(Cond::not(bare), b))
     }
 
     /// `gen_geneve`: UDP to port 6081 over IPv4, else over IPv6, with a Geneve header of version 0 (and the VNI);
@@ -1399,7 +1399,7 @@ impl Compiler {
         self.off_linktype = Some(off(GeneveField::LinkType));
         self.off_linkpl = Some(off(GeneveField::Payload));
         self.off_nl = 0;
-        self.geneve_ll = Some((reg(GeneveField::Header), reg(GeneveField::Payload)));
+        self.is_geneve = true;
         Ok(b)
     }
 }
