@@ -210,6 +210,38 @@ mod tests {
         assert!(err.to_string().contains("lane sequence"), "{err}");
     }
 
+    /// Counting the packets of many keys at once (by runs of a lane's flows) gives what selecting them finds, on
+    /// a chunk whose lanes each hold many short flows of both protocols: key sets from one key to every key, one
+    /// direction or both.
+    #[test]
+    fn counts_over_many_keys_equal_the_packets_selected() {
+        let view = IndexFile::from_bytes(Path::new("x"), fixture().index.clone()).expect("valid");
+        let view = view.view().expect("view");
+        let p = |field, lo, hi| Need::Pred(Pred::range(field, lo, hi));
+        let needs = [
+            p(Field::IpProto, 6, 6),
+            p(Field::IpProto, 17, 17),
+            p(Field::IpProto, 0, 255),
+            p(Field::Ip4Src, 0x0a00_0000, 0x0a00_ffff),
+            p(Field::Ip4Src, 0x0a00_0000, 0x0a00_0505),
+            p(Field::Ip4Dst, 0xc0a8_0000, 0xc0a8_0007),
+            p(Field::SrcPort, 1024, 30_000),
+            p(Field::DstPort, 80, 80),
+            p(Field::Ip4Src, 0x0a00_0304, 0x0a00_0304),
+            Need::Or(vec![p(Field::IpProto, 6, 6), p(Field::Ip4Dst, 0xc0a8_0003, 0xc0a8_0003)]),
+            Need::And(vec![p(Field::IpProto, 17, 17), p(Field::Ip4Src, 0x0a00_0000, 0x0a00_06ff)]),
+        ];
+        let mut many = 0;
+        for need in &needs {
+            let selected = view.select(need).expect("select").count();
+            assert_eq!(view.estimate_need(need).expect("estimate"), selected, "{need}");
+            let (sure, maybe) = view.count(need).expect("count");
+            assert_eq!((sure, maybe.count()), (selected, 0), "{need}");
+            many += u64::from(selected > 500);
+        }
+        assert!(many >= 4, "the key sets are not large enough to count by runs");
+    }
+
     /// The lane and shape sequences are checked by their own (wavelet format) checksum, not the part table's: a
     /// flipped byte anywhere in either, with every part-table, head, directory and header checksum sealed to match,
     /// is still refused, never answered from.
