@@ -123,6 +123,9 @@ pub enum Error {
     /// The time window is empty.
     #[error("--after must be earlier than --before: the window is empty")]
     EmptyWindow,
+    /// The request's [`Cancel`](crate::Cancel) was set before the answer was complete.
+    #[error("the request was cancelled")]
+    Cancelled,
     /// A trace given as a stream (standard input) was asked a second time.
     #[error("{} is a stream and was read by an earlier request: open it again", path.display())]
     Consumed {

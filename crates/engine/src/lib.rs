@@ -93,7 +93,7 @@ pub use error::{Error, Mismatch, SinkError};
 pub use matchers::{snap_for, snapshot};
 pub use plan::{DamagedPlan, IndexPlan, LinkTypePlan, Plan, StorePlan, Strategy};
 pub use positional::Positional;
-pub use request::{Outcome, Progress, Request};
+pub use request::{Cancel, Outcome, Progress, Request};
 pub use sink::{
     ChannelSink, Container, Counter, FnSink, Layout, NativeFormat, OwnedRecord, Sink, TraceSink, WriteOptions,
     compression_for_name, container_for_name,

@@ -1,5 +1,8 @@
 //! What is asked of a source.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use pcaptool_packet::{Field, Need, Pred};
 use pcaptool_query::Filter;
 
@@ -31,6 +34,41 @@ pub struct Request {
     /// Only the number of matches is wanted: the engine may count from an index without reading packets, and
     /// the sink gets no records.
     pub count_only: bool,
+    /// Stops the answer when set (by another thread): the engine looks between batches of packets, then fails
+    /// with [`Error::Cancelled`].
+    pub cancel: Option<Cancel>,
+}
+
+/// A flag that stops an answer in progress: a service sets it when its client goes away, so that the work stops
+/// even while no match is being written. Clones share the flag.
+///
+/// ```
+/// use pcaptool_engine::{Cancel, Request};
+///
+/// let cancel = Cancel::new();
+/// let req = Request::filter("tcp")?.with_cancel(cancel.clone());
+/// cancel.cancel();
+/// assert!(req.cancel.as_ref().is_some_and(Cancel::is_cancelled));
+/// # Ok::<(), pcaptool_engine::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// A flag not set.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Sets it: every answer of a request holding it stops at its next check.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it is set.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl Request {
@@ -78,6 +116,24 @@ impl Request {
     pub fn count_only(mut self, yes: bool) -> Request {
         self.count_only = yes;
         self
+    }
+
+    /// Stops the answer when `cancel` is set.
+    pub fn with_cancel(mut self, cancel: Cancel) -> Request {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// Whether the request's cancel flag is set.
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
+    }
+
+    /// [`Error::Cancelled`] when the request's cancel flag is set.
+    #[inline]
+    pub(crate) fn go_on(&self) -> Result<(), Error> {
+        if self.is_cancelled() { Err(Error::Cancelled) } else { Ok(()) }
     }
 
     /// Refuses a request that cannot have an answer.

@@ -188,6 +188,10 @@ impl StoreSource {
         let mut failure: Option<Error> = None;
         let ifaces = &kinds.interfaces;
         let mut each = |q: &StoredPacket<'_>| -> bool {
+            if req.is_cancelled() {
+                failure = Some(Error::Cancelled);
+                return false;
+            }
             let (ts, wirelen) = (q.ts_ns, q.wirelen);
             out.packets += 1;
             if !req.in_window(ts) || out.matched >= limit {

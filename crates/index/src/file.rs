@@ -133,6 +133,14 @@ impl IndexFile {
         self.header.packets
     }
 
+    /// The earliest and latest timestamps of the indexed packets (ns since the Unix epoch), from the directory;
+    /// `None` without packets.
+    pub fn time_span(&self) -> Option<(u64, u64)> {
+        let t_min = self.dir.iter().map(|d| d.t_min).min()?;
+        let t_max = self.dir.iter().map(|d| d.t_max).max()?;
+        Some((t_min, t_max))
+    }
+
     /// Bytes of the index file.
     pub fn size_bytes(&self) -> u64 {
         self.bytes.as_slice().len() as u64

@@ -81,6 +81,7 @@ impl Run<'_, '_> {
         }
         let total: u64 = lists.iter().map(|l| l.len() as u64).sum();
         for (given, rec) in lists.iter().flatten().enumerate() {
+            self.req.go_on()?;
             if !self.sink.record(rec, ifaces)? {
                 stats.matched -= total - given as u64 - 1;
                 stats.stopped = true;
@@ -130,6 +131,7 @@ impl Run<'_, '_> {
         let trace = &source.path;
         let all: Vec<usize> = (0..view.chunks().len()).collect();
         for wave in all.chunks(rayon::current_num_threads().max(1)) {
+            self.req.go_on()?;
             let (req, progress) = (self.req, self.progress);
             let lists = {
                 let decide = self.matchers.decider();
@@ -209,7 +211,7 @@ impl Run<'_, '_> {
                 let tx = tx.clone();
                 let (next, stop, written, decide) = (&next, &stop, &written, &decide);
                 s.spawn(move || {
-                    while !stop.load(Relaxed) {
+                    while !stop.load(Relaxed) && !req.is_cancelled() {
                         let ci = next.fetch_add(1, Relaxed);
                         if ci >= chunks {
                             return;
@@ -284,6 +286,8 @@ impl Run<'_, '_> {
         if let Some(e) = failed {
             return Err(index_error(view, e));
         }
+        // Deciders that saw the cancel flag stop taking chunks; the chunks written are then not the whole answer.
+        self.req.go_on()?;
         match write_error {
             Some(e) => Err(e.into()),
             None => Ok(true),
@@ -353,6 +357,7 @@ impl Run<'_, '_> {
             let per_wave = (rayon::current_num_threads().max(1) * 64).max(1);
             let req = self.req;
             for wave in pieces.chunks(per_wave) {
+                self.req.go_on()?;
                 let done = if let Some(tf) = &trace_file {
                     let arenas = {
                         let decide = self.matchers.decider();
@@ -437,6 +442,7 @@ impl Run<'_, '_> {
         let mut next = wanted.next();
         let mut at = 0u64;
         while next.is_some() || file.damage().is_some() {
+            self.req.go_on()?;
             let (rec, ifaces) = match reader.next_with_interfaces() {
                 None => break,
                 Some(Err(e)) => {

@@ -374,6 +374,7 @@ impl Run<'_, '_> {
             let mut batch: Vec<Record<'_>> = Vec::with_capacity(BATCH);
             let mut hits: Vec<bool> = Vec::with_capacity(BATCH);
             'outer: loop {
+                self.req.go_on()?;
                 batch.clear();
                 for r in records.by_ref() {
                     match r {
@@ -426,6 +427,7 @@ impl Run<'_, '_> {
         } else {
             // A stream (standard input, compressed file): one record at a time.
             loop {
+                self.req.go_on()?;
                 let (rec, ifaces) = match reader.next_with_interfaces() {
                     None => break,
                     Some(Err(e)) => {
