@@ -47,6 +47,8 @@ enum Command {
     Flows(cmd::store::FlowsArgs),
     /// Capture live traffic from network interfaces into a flow store.
     Capture(cmd::capture::Args),
+    /// Answer queries over HTTP (TLS, tokens, client certificates) from traces and flow stores kept loaded.
+    Serve(cmd::serve::Args),
     /// Check a flow store (every segment's index, every byte of packet data against its checksum) or a trace
     /// (every record, and its index if it has one). Exit status 3 when damage is found.
     Verify(cmd::maintain::VerifyArgs),
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Command::Import(a) => cmd::store::import(a),
         Command::Flows(a) => cmd::store::flows(a),
         Command::Capture(a) => cmd::capture::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Verify(a) => cmd::maintain::verify(a),
         Command::Repair(a) => cmd::maintain::repair(a),
         Command::Retain(a) => cmd::maintain::retain(a),

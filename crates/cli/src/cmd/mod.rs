@@ -6,6 +6,7 @@ pub(crate) mod index;
 pub(crate) mod info;
 pub(crate) mod maintain;
 pub(crate) mod query;
+pub(crate) mod serve;
 pub(crate) mod shell;
 pub(crate) mod store;
 

@@ -1,0 +1,128 @@
+//! An answer streamed as it is found: the engine runs on a blocking thread and writes its pcap bytes into a
+//! bounded channel, which the response body reads. A full channel blocks the engine (backpressure: a slow
+//! client never makes the service hold the answer); a dropped body (the client went away) cancels the work.
+
+use std::io::{self, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::Frame;
+use pcaptool_engine::{Cancel, Layout, Positional, Sink, SinkError};
+use pcaptool_packet::{Interface, Record};
+use tokio::sync::mpsc;
+
+/// Pieces of an answer in flight at most: with the engine's 1 MiB write buffer, about 5 MiB a query.
+pub(crate) const IN_FLIGHT: usize = 4;
+
+/// The response body of a streamed answer.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    rx: mpsc::Receiver<Result<Bytes, io::Error>>,
+    cancel: Cancel,
+    ended: bool,
+}
+
+impl http_body::Body for Stream {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            Poll::Ready(Some(Err(e))) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Dropped before its end: the client went away (or the connection failed); stop the engine.
+        if !self.ended {
+            self.cancel.cancel();
+        }
+    }
+}
+
+/// The engine's side: bytes written go to the body, blocking while the channel is full.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    sent: Arc<AtomicU64>,
+}
+
+impl Write for Writer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.tx
+            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))?;
+        self.sent.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A body and the writer that feeds it, and how many bytes went out.
+pub(crate) fn channel(cancel: Cancel) -> (Stream, Writer, mpsc::Sender<Result<Bytes, io::Error>>, Arc<AtomicU64>) {
+    let (tx, rx) = mpsc::channel(IN_FLIGHT);
+    let sent = Arc::new(AtomicU64::new(0));
+    (Stream { rx, cancel, ended: false }, Writer { tx: tx.clone(), sent: sent.clone() }, tx, sent)
+}
+
+/// A sink that passes records on until their captured bytes would pass `max_bytes`, then stops the answer (a
+/// limit, as a packet limit is: the answer is complete up to it).
+#[derive(Debug)]
+pub(crate) struct ByteLimit<S> {
+    pub(crate) inner: S,
+    pub(crate) max_bytes: u64,
+    pub(crate) bytes: u64,
+    pub(crate) packets: u64,
+    /// Whether the limit stopped the answer.
+    pub(crate) reached: bool,
+}
+
+impl<S: Sink> Sink for ByteLimit<S> {
+    fn begin(&mut self, layout: &Layout<'_>) -> Result<(), SinkError> {
+        self.inner.begin(layout)
+    }
+
+    fn record(&mut self, rec: &Record<'_>, ifaces: &[Interface]) -> Result<bool, SinkError> {
+        let n = rec.data.len() as u64;
+        if self.bytes + n > self.max_bytes {
+            self.reached = true;
+            return Ok(false);
+        }
+        self.bytes += n;
+        self.packets += 1;
+        self.inner.record(rec, ifaces)
+    }
+
+    fn finish(&mut self, ifaces: &[Interface]) -> Result<(), SinkError> {
+        self.inner.finish(ifaces)
+    }
+
+    fn abandon(&mut self) {
+        self.inner.abandon()
+    }
+
+    fn positional(&mut self, _: &[Interface]) -> Result<Option<&mut Positional>, SinkError> {
+        // Records go one by one, so that each is counted against the limit.
+        Ok(None)
+    }
+}

@@ -1,0 +1,629 @@
+//! The HTTP side: the listener (TLS or not), authentication, the routes, JSON errors and one log line per
+//! request.
+
+// A refusal is the response itself (axum's way): handlers return `Result<_, Response>`.
+#![allow(clippy::result_large_err)]
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use pcaptool_engine::{Cancel, Container, Counter, Error as EngineError, Request, Source, TraceSink, WriteOptions};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use crate::body::{self, ByteLimit};
+use crate::sources::{Served, Service};
+use crate::{Config, Limits, ServeError, Tokens};
+
+/// Who is on the other end of a connection.
+#[derive(Clone, Debug)]
+struct Peer {
+    addr: SocketAddr,
+    /// The client certificate's name, under mutual TLS.
+    cert: Option<String>,
+}
+
+/// Who made a request, once authenticated.
+#[derive(Clone, Debug)]
+struct Who(String);
+
+#[derive(Debug)]
+struct AppState {
+    service: Arc<Service>,
+    tokens: Option<Tokens>,
+    limits: Limits,
+    queries: Arc<Semaphore>,
+    closing: AtomicBool,
+}
+
+type Shared = Arc<AppState>;
+
+/// Runs the service of `config` until `shutdown` completes (SIGTERM or SIGINT in the binary): it then stops
+/// accepting, answers new requests 503, lets running queries finish, and returns. `ready` is told the address
+/// listened on (port 0 picks one).
+pub async fn serve(
+    config: Config,
+    service: Arc<Service>,
+    shutdown: impl Future<Output = ()> + Send,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    config.check()?;
+    let tokens = config.tokens.as_deref().map(Tokens::load).transpose()?;
+    let tls = config.tls.as_ref().map(crate::tls::server_config).transpose()?.map(TlsAcceptor::from);
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|source| ServeError::Listen { addr: config.listen, source })?;
+    let local = listener.local_addr().map_err(|source| ServeError::Listen { addr: config.listen, source })?;
+    let state = Arc::new(AppState {
+        service: service.clone(),
+        tokens,
+        limits: config.limits,
+        queries: Arc::new(Semaphore::new(config.limits.concurrent)),
+        closing: AtomicBool::new(false),
+    });
+    let app = router(state.clone());
+    // Stores are looked at for new segments (a capture closing them) every half second.
+    let watcher = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Service::WATCH).await;
+                let s = service.clone();
+                if let Ok(results) = tokio::task::spawn_blocking(move || s.refresh()).await {
+                    for r in results {
+                        match r {
+                            Ok(name) => log(&json!({ "event": "store reopened", "source": name })),
+                            Err(e) => log(&json!({ "event": "store not reopened", "error": chain(&e) })),
+                        }
+                    }
+                }
+            }
+        })
+    };
+    ready(local);
+    log(&json!({ "event": "listening", "addr": local.to_string(), "tls": tls.is_some(),
+                 "sources": service.names() }));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (tcp, addr) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // (Out of file descriptors and the like: wait a little rather than spin.)
+                Err(_) => { tokio::time::sleep(Duration::from_millis(50)).await; continue; }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let app = app.clone();
+        let tls = tls.clone();
+        let watch = graceful.watcher();
+        tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            match tls {
+                Some(acceptor) => {
+                    // A failed handshake (no or a wrong client certificate, an expired one, not TLS) ends here.
+                    let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                    else {
+                        return;
+                    };
+                    let cert =
+                        stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(crate::tls::cert_name);
+                    let svc =
+                        hyper_util::service::TowerToHyperService::new(app.layer(axum::Extension(Peer { addr, cert })));
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    let _ = watch.watch(conn.into_owned()).await;
+                }
+                None => {
+                    let svc = hyper_util::service::TowerToHyperService::new(
+                        app.layer(axum::Extension(Peer { addr, cert: None })),
+                    );
+                    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+                    let _ = watch.watch(conn.into_owned()).await;
+                }
+            }
+        });
+    }
+    state.closing.store(true, Ordering::SeqCst);
+    log(&json!({ "event": "shutting down", "running": config.limits.concurrent - state.queries.available_permits() }));
+    drop(listener);
+    graceful.shutdown().await;
+    // Streams still running hold a permit each until their engine stops.
+    let _ = state.queries.acquire_many(config.limits.concurrent as u32).await;
+    watcher.abort();
+    log(&json!({ "event": "stopped" }));
+    Ok(())
+}
+
+fn router(state: Shared) -> Router {
+    let api = Router::new()
+        .route("/v1/query", post(query))
+        .route("/v1/count", post(count))
+        .route("/v1/explain", post(explain))
+        .route("/v1/stats", get(stats))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), closing))
+        .with_state(state)
+}
+
+/// A JSON error response.
+fn error(status: StatusCode, message: impl Into<String>, extra: Value) -> Response {
+    let mut v = json!({ "error": message.into() });
+    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    (status, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "no such endpoint: see docs/service.md", Value::Null)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// 503 for every request once the service is stopping.
+async fn closing(State(state): State<Shared>, req: HttpRequest, next: Next) -> Response {
+    if state.closing.load(Ordering::SeqCst) {
+        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "the service is shutting down", Value::Null);
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    }
+    next.run(req).await
+}
+
+/// Bearer tokens, when the service has a token file; the client certificate was checked by the handshake.
+async fn authenticate(State(state): State<Shared>, mut req: HttpRequest, next: Next) -> Response {
+    let peer = req.extensions().get::<Peer>().cloned();
+    let cert = peer.as_ref().and_then(|p| p.cert.clone());
+    let who = match &state.tokens {
+        None => cert.unwrap_or_else(|| "local".to_string()),
+        Some(tokens) => {
+            let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+            let token = given.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+            let refuse = |message: &str| {
+                log(&json!({ "peer": peer.as_ref().map(|p| p.addr.to_string()), "path": req.uri().path(),
+                             "status": 401, "outcome": message }));
+                let mut r = error(StatusCode::UNAUTHORIZED, message, Value::Null);
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                r
+            };
+            match token {
+                None => return refuse("this service needs a bearer token: Authorization: Bearer TOKEN"),
+                Some(t) => match tokens.check(t) {
+                    Some(name) => match cert {
+                        Some(c) => format!("{name} ({c})"),
+                        None => name.to_string(),
+                    },
+                    None => return refuse("the bearer token is not one this service accepts"),
+                },
+            }
+        }
+    };
+    req.extensions_mut().insert(Who(who));
+    next.run(req).await
+}
+
+/// A query's JSON body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryBody {
+    /// A filter in tcpdump's language (empty: every packet).
+    #[serde(default)]
+    filter: String,
+    /// RFC 3339 or epoch seconds.
+    after: Option<Value>,
+    before: Option<Value>,
+    /// Packets at most.
+    limit: Option<u64>,
+    /// Bytes of packet data at most.
+    max_bytes: Option<u64>,
+    /// A store's flow id.
+    flow: Option<u64>,
+    /// `pcap` (default, pcapng when link types differ) or `pcapng`.
+    format: Option<String>,
+    /// The source's name (needed when the service has several).
+    source: Option<String>,
+}
+
+/// What was asked, for the log line.
+#[derive(Debug, Default)]
+struct Asked {
+    source: Option<String>,
+    filter: Option<String>,
+}
+
+/// The parts of a request a handler needs: who, from where, the body parsed, and the source.
+struct Prepared {
+    who: String,
+    peer: Option<SocketAddr>,
+    body: QueryBody,
+    served: Arc<Source>,
+    name: String,
+    req: Request,
+}
+
+fn time_value(v: &Value, what: &str) -> Result<u64, String> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return Err(format!("{what} must be an RFC 3339 time or epoch seconds")),
+    };
+    pcaptool_packet::parse_time(&text).map_err(|e| format!("{what}: {e}"))
+}
+
+/// Reads and checks a query body: 413 past the body limit, 400 for what does not parse (a filter with its
+/// caret), 404 for a source not served.
+async fn prepare(state: &AppState, who: Option<Who>, peer: Option<Peer>, body: Body) -> Result<Prepared, Response> {
+    let bytes = match axum::body::to_bytes(body, state.limits.body_bytes).await {
+        Ok(b) => b,
+        Err(e) => {
+            let too_big = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
+                || e.to_string().contains("length limit");
+            return Err(if too_big {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the request body is larger than {} bytes", state.limits.body_bytes),
+                    Value::Null,
+                )
+            } else {
+                error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"), Value::Null)
+            });
+        }
+    };
+    let body: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
+        QueryBody::default()
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("the request body is not a query: {e}"),
+                json!({ "see": "docs/service.md" }),
+            )
+        })?
+    };
+    let served: &Served = state
+        .service
+        .find(body.source.as_deref())
+        .map_err(|m| error(StatusCode::NOT_FOUND, m, json!({ "sources": state.service.names() })))?;
+    let mut req = match pcaptool_query::Filter::new(&body.filter) {
+        Ok(f) => Request::new().with_filter(f),
+        Err(e) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid filter: {}", e.message()),
+                json!({ "caret": e.caret(), "span": { "start": e.span.start, "end": e.span.end } }),
+            ));
+        }
+    };
+    let bad = |m: String| error(StatusCode::BAD_REQUEST, m, Value::Null);
+    req.after = body.after.as_ref().map(|v| time_value(v, "after")).transpose().map_err(bad)?;
+    req.before = body.before.as_ref().map(|v| time_value(v, "before")).transpose().map_err(bad)?;
+    req.flow = body.flow;
+    req.limit = match (body.limit, state.limits.packets) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(f) = &body.format
+        && f != "pcap"
+        && f != "pcapng"
+    {
+        return Err(error(StatusCode::BAD_REQUEST, format!("format must be pcap or pcapng, not {f:?}"), Value::Null));
+    }
+    Ok(Prepared {
+        who: who.map_or_else(|| "local".to_string(), |w| w.0),
+        peer: peer.map(|p| p.addr),
+        name: served.name.clone(),
+        served: served.source(),
+        body,
+        req,
+    })
+}
+
+/// An engine error before any packet: its status and JSON.
+fn engine_error(e: &EngineError) -> Response {
+    let status = match e {
+        EngineError::Filter(_)
+        | EngineError::FilterForLinkType { .. }
+        | EngineError::EmptyWindow
+        | EngineError::NoFlow { .. }
+        | EngineError::FlowNeedsStore { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let mut extra = Value::Null;
+    if let EngineError::Filter(f) | EngineError::FilterForLinkType { source: f, .. } = e {
+        extra = json!({ "caret": f.caret() });
+    }
+    error(status, chain(e), extra)
+}
+
+/// The message of an error and its causes, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string().replace('\n', " "));
+        cause = c.source();
+    }
+    s
+}
+
+/// One JSON line on standard error.
+fn log(v: &Value) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("time".into(), json!((now * 1000.0).round() / 1000.0));
+    }
+    let _ = writeln!(std::io::stderr().lock(), "{v}");
+}
+
+/// The log line of a request handled (or refused) by a handler.
+#[allow(clippy::too_many_arguments)]
+fn log_request(
+    peer: Option<SocketAddr>,
+    who: &str,
+    path: &str,
+    asked: &Asked,
+    status: u16,
+    packets: Option<u64>,
+    bytes: Option<u64>,
+    started: Instant,
+    outcome: &str,
+) {
+    log(&json!({
+        "peer": peer.map(|p| p.to_string()), "who": who, "path": path, "source": asked.source,
+        "filter": asked.filter, "status": status, "packets": packets, "bytes": bytes,
+        "ms": (started.elapsed().as_secs_f64() * 1e6).round() / 1e3, "outcome": outcome,
+    }));
+}
+
+/// Runs a request's preparation; a refusal is logged and returned.
+async fn prepared(
+    state: &AppState,
+    who: Option<Who>,
+    peer: Option<Peer>,
+    body: Body,
+    path: &str,
+    started: Instant,
+) -> Result<Prepared, Response> {
+    let (w, p) = (who.as_ref().map_or("local".to_string(), |w| w.0.clone()), peer.as_ref().map(|p| p.addr));
+    prepare(state, who, peer, body).await.inspect_err(|r| {
+        log_request(p, &w, path, &Asked::default(), r.status().as_u16(), None, None, started, "refused");
+    })
+}
+
+fn extensions(req: &HttpRequest) -> (Option<Who>, Option<Peer>) {
+    (req.extensions().get::<Who>().cloned(), req.extensions().get::<Peer>().cloned())
+}
+
+/// A permit to run a query, or 429.
+fn permit(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
+    state.queries.clone().try_acquire_owned().map_err(|_| {
+        error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} queries are running, the most this service runs at once: try again shortly",
+                state.limits.concurrent
+            ),
+            Value::Null,
+        )
+    })
+}
+
+/// `POST /v1/query`: the matching packets as a pcap (or pcapng) stream.
+async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
+    let started = Instant::now();
+    let (who, peer) = extensions(&req);
+    let p = match prepared(&state, who, peer, req.into_body(), "/v1/query", started).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
+    let permit = match permit(&state) {
+        Ok(x) => x,
+        Err(r) => {
+            log_request(p.peer, &p.who, "/v1/query", &asked, 429, None, None, started, "too many queries");
+            return r;
+        }
+    };
+    // Plan first: a filter meaningless for the source's link types, or a flow it lacks, is a 400 before any byte.
+    let cancel = Cancel::new();
+    let mut req = p.req.clone().with_cancel(cancel.clone());
+    let (source, r2) = (p.served.clone(), req.clone());
+    match tokio::task::spawn_blocking(move || source.plan(&r2)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            let r = engine_error(&e);
+            log_request(p.peer, &p.who, "/v1/query", &asked, r.status().as_u16(), None, None, started, &chain(&e));
+            return r;
+        }
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the query's planning failed", Value::Null),
+    }
+    req.count_only = false;
+    let (stream, writer, tx, sent) = body::channel(cancel.clone());
+    let mut opts = WriteOptions::new();
+    let pcapng = p.body.format.as_deref() == Some("pcapng");
+    if pcapng {
+        opts = opts.container(Container::PcapNg);
+    }
+    let max_bytes = match (p.body.max_bytes, state.limits.bytes) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(secs) = state.limits.seconds {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            c.cancel();
+        });
+    }
+    let (source, who, peer) = (p.served.clone(), p.who.clone(), p.peer);
+    tokio::task::spawn_blocking(move || {
+        let sink = TraceSink::to_writer(Box::new(writer), "the response", opts);
+        let mut sink =
+            ByteLimit { inner: sink, max_bytes: max_bytes.unwrap_or(u64::MAX), bytes: 0, packets: 0, reached: false };
+        let result = source.run(&req, &mut sink);
+        let outcome = match &result {
+            Ok(o) if o.damage.is_some() => {
+                let e = o.damage.as_ref().map(|d| d.to_string()).unwrap_or_default();
+                let _ = tx.blocking_send(Err(std::io::Error::other(format!("the source is damaged: {e}"))));
+                format!("damaged: {e}")
+            }
+            Ok(_) if sink.reached => "ok (max_bytes reached)".to_string(),
+            Ok(_) => "ok".to_string(),
+            Err(EngineError::Cancelled) => "cancelled".to_string(),
+            Err(e) if e.is_broken_pipe() => "cancelled (the client went away)".to_string(),
+            Err(e) => {
+                let m = chain(e);
+                let _ = tx.blocking_send(Err(std::io::Error::other(m.clone())));
+                m
+            }
+        };
+        drop(tx);
+        let bytes = sent.load(Ordering::Relaxed);
+        log_request(peer, &who, "/v1/query", &asked, 200, Some(sink.packets), Some(bytes), started, &outcome);
+        drop(permit);
+    });
+    let ct = if pcapng { "application/x-pcapng" } else { "application/vnd.tcpdump.pcap" };
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    if let Some(n) = p.req.limit {
+        headers.insert("pcaptool-limit-packets", HeaderValue::from(n));
+    }
+    if let Some(n) = max_bytes {
+        headers.insert("pcaptool-limit-bytes", HeaderValue::from(n));
+    }
+    (StatusCode::OK, headers, Body::new(stream)).into_response()
+}
+
+/// `POST /v1/count`: the number of matching packets, as JSON.
+async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
+    let started = Instant::now();
+    let (who, peer) = extensions(&req);
+    let p = match prepared(&state, who, peer, req.into_body(), "/v1/count", started).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
+    let permit = match permit(&state) {
+        Ok(x) => x,
+        Err(r) => {
+            log_request(p.peer, &p.who, "/v1/count", &asked, 429, None, None, started, "too many queries");
+            return r;
+        }
+    };
+    let cancel = Cancel::new();
+    let req = p.req.clone().count_only(true).with_cancel(cancel.clone());
+    // A client that goes away cancels the count too.
+    let guard = CancelOnDrop(cancel);
+    let source = p.served.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        source.run(&req, &mut Counter::default())
+    })
+    .await;
+    drop(guard);
+    match result {
+        Ok(Ok(o)) => {
+            let mut v =
+                json!({ "source": p.name, "filter": p.body.filter, "packets": o.packets, "matched": o.matched });
+            if let Some(c) = o.candidates {
+                v["index_candidates"] = c.into();
+            }
+            if let Some(c) = o.counted_from_index {
+                v["counted_from_index"] = c.into();
+            }
+            if let Some(d) = &o.damage {
+                v["damage"] = d.to_string().into();
+            }
+            log_request(p.peer, &p.who, "/v1/count", &asked, 200, Some(o.matched), None, started, "ok");
+            (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
+        }
+        Ok(Err(e)) => {
+            let r = engine_error(&e);
+            log_request(p.peer, &p.who, "/v1/count", &asked, r.status().as_u16(), None, None, started, &chain(&e));
+            r
+        }
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "the count failed", Value::Null),
+    }
+}
+
+/// Sets a cancel flag when dropped (a handler future dropped because its client went away).
+struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// `POST /v1/explain`: the engine's plan, as JSON.
+async fn explain(State(state): State<Shared>, req: HttpRequest) -> Response {
+    let started = Instant::now();
+    let (who, peer) = extensions(&req);
+    let p = match prepared(&state, who, peer, req.into_body(), "/v1/explain", started).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
+    let (source, req) = (p.served.clone(), p.req.clone());
+    match tokio::task::spawn_blocking(move || source.plan(&req)).await {
+        Ok(Ok(plan)) => {
+            log_request(p.peer, &p.who, "/v1/explain", &asked, 200, None, None, started, "ok");
+            // Sources are named, never shown by path: the index by its file name.
+            let mut v = serde_json::to_value(&plan).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+            v["source"] = p.name.clone().into();
+            if let Some(path) = v.pointer_mut("/index/path")
+                && let Some(name) = path.as_str().and_then(|s| std::path::Path::new(s).file_name())
+            {
+                *path = name.to_string_lossy().into_owned().into();
+            }
+            (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
+        }
+        Ok(Err(e)) => {
+            let r = engine_error(&e);
+            log_request(p.peer, &p.who, "/v1/explain", &asked, r.status().as_u16(), None, None, started, &chain(&e));
+            r
+        }
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "planning failed", Value::Null),
+    }
+}
+
+/// `GET /v1/stats`: the sources, and the queries running.
+async fn stats(State(state): State<Shared>) -> Response {
+    let service = state.service.clone();
+    let sources = tokio::task::spawn_blocking(move || service.sources.iter().map(Served::stats).collect::<Vec<_>>())
+        .await
+        .unwrap_or_default();
+    let v = json!({
+        "sources": sources,
+        "queries_running": state.limits.concurrent - state.queries.available_permits(),
+        "limits": {
+            "concurrent": state.limits.concurrent, "body_bytes": state.limits.body_bytes,
+            "packets": state.limits.packets, "bytes": state.limits.bytes, "seconds": state.limits.seconds,
+        },
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
+}

@@ -1,0 +1,341 @@
+//! `pcaptool serve` through the binary, on loopback: answers byte-identical to `pcaptool query` for the filter
+//! table, JSON errors, bearer tokens, the loopback rule, cancellation when a client goes away, and bounded memory
+//! under a client that stops reading.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, filter_table, pcaptool_bin, repo_root};
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// A running `pcaptool serve`, killed when dropped; its log lines (JSON, standard error) collected.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(pcaptool_bin())
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pcaptool serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut addr = None;
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.expect("read the log");
+            seen.push(line.clone());
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["event"] == "listening" {
+                addr = v["addr"].as_str().and_then(|a| a.parse().ok());
+                break;
+            }
+        }
+        let addr = addr.unwrap_or_else(|| panic!("pcaptool serve did not start: {seen:?}"));
+        let log = Arc::new(Mutex::new(seen));
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        Server { child, addr, log }
+    }
+
+    /// The log lines of requests to `path`, parsed.
+    fn logged(&self, path: &str) -> Vec<serde_json::Value> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["path"] == path)
+            .collect()
+    }
+
+    /// Waits (at most 30 s) until a logged request to `path` satisfies `f`.
+    fn wait_for(&self, path: &str, f: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.logged(path).into_iter().find(&f) {
+                return v;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no such log line for {path}: {:?}", self.logged(path));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP/1.1 response: status, headers (names lowercased), body (chunked decoding undone) and whether the body
+/// ended as HTTP says a complete one ends.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    complete: bool,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        r.push_str(&format!("{n}: {v}\r\n"));
+    }
+    r.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut bytes = r.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// One request on a connection of its own, read to its end.
+fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(&request_bytes(method, path, headers, body)).expect("send");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse(&raw)
+}
+
+fn parse(raw: &[u8]) -> Response {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let rest = &raw[end + 4..];
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    if !chunked {
+        let len = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
+        return Response { status, complete: len.is_none_or(|l| l == rest.len()), headers, body: rest.to_vec() };
+    }
+    let (mut body, mut at, mut complete) = (Vec::new(), 0, false);
+    while let Some(eol) = rest[at..].windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&rest[at..at + eol]).trim(), 16).unwrap_or(usize::MAX);
+        at += eol + 2;
+        if size == 0 {
+            complete = true;
+            break;
+        }
+        if size == usize::MAX || at + size + 2 > rest.len() {
+            break;
+        }
+        body.extend_from_slice(&rest[at..at + size]);
+        at += size + 2;
+    }
+    Response { status, headers, body, complete }
+}
+
+fn query_body(filter: &str, source: &str) -> Vec<u8> {
+    serde_json::json!({ "filter": filter, "source": source }).to_string().into_bytes()
+}
+
+fn generated(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn pcaptool(args: &[&str]) -> std::process::Output {
+    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
+}
+
+#[test]
+fn the_service_answers_as_pcaptool_query_does_for_every_filter_of_the_table() {
+    let dir = TempDir::new("serve-table");
+    let trace = generated(&dir, "g.pcap", 20_000, 5);
+    assert!(pcaptool(&["index", p(&trace), "--chunk-packets", "4096"]).status.success());
+    let store = dir.join("store");
+    assert!(pcaptool(&["import", p(&trace), "--store", p(&store)]).status.success());
+    let tunnels = dir.join("tunnels.pcap");
+    std::fs::copy(repo_root().join("testdata/tunnels.pcap"), &tunnels).unwrap();
+    let server = Server::start(&[p(&trace), p(&store), p(&tunnels)]);
+    let out = dir.join("cli.pcap");
+    let (mut same, mut refused, mut packets) = (0, 0, 0u64);
+    for filter in filter_table() {
+        for (name, path) in [("g.pcap", &trace), ("store", &store), ("tunnels.pcap", &tunnels)] {
+            let r = http(server.addr, "POST", "/v1/query", &[], &query_body(&filter, name));
+            let _ = std::fs::remove_file(&out);
+            let cli = pcaptool(&["query", p(path), "-w", p(&out), "--", &filter]);
+            if cli.status.success() {
+                assert_eq!(r.status, 200, "{name} `{filter}`: {}", String::from_utf8_lossy(&r.body));
+                assert!(r.complete, "{name} `{filter}`: the stream did not end as a complete one");
+                let want = std::fs::read(&out).unwrap();
+                assert!(r.body == want, "{name} `{filter}`: {} bytes, the CLI wrote {}", r.body.len(), want.len());
+                packets += pcaptool_tests::records_us(&out).len() as u64;
+                same += 1;
+            } else {
+                assert_eq!(
+                    r.status,
+                    400,
+                    "{name} `{filter}`: the CLI refused it: {}",
+                    String::from_utf8_lossy(&cli.stderr)
+                );
+                assert!(r.json()["error"].as_str().is_some_and(|e| e.contains("filter")), "{name} `{filter}`");
+                refused += 1;
+            }
+        }
+    }
+    // pcapng on request, as `-F pcapng` writes it.
+    let r =
+        http(server.addr, "POST", "/v1/query", &[], br#"{"filter": "tcp", "source": "g.pcap", "format": "pcapng"}"#);
+    assert!(pcaptool(&["query", p(&trace), "tcp", "-F", "pcapng", "-w", p(&out)]).status.success());
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/x-pcapng")));
+    assert!(r.body == std::fs::read(&out).unwrap(), "pcapng differs from the CLI's");
+    println!("serve: {same} answers byte-identical to pcaptool query ({packets} packets), {refused} refusals alike");
+    assert!(same > 1000 && packets > 0);
+}
+
+#[test]
+fn errors_are_json_with_a_fitting_status() {
+    let dir = TempDir::new("serve-errors");
+    let trace = generated(&dir, "g.pcap", 2_000, 6);
+    let server = Server::start(&[p(&trace), "--max-body", "1000"]);
+    let a = server.addr;
+    let r = http(a, "POST", "/v1/query", &[], br#"{"filter": "tcp port"}"#);
+    assert_eq!(r.status, 400);
+    let v = r.json();
+    assert!(v["error"].as_str().unwrap().starts_with("invalid filter"), "{v}");
+    assert!(v["caret"].as_str().unwrap().contains('^'), "{v}");
+    let r = http(a, "POST", "/v1/count", &[], br#"{"filtre": "tcp"}"#);
+    assert!(r.status == 400 && r.json()["error"].as_str().unwrap().contains("unknown field"), "{}", r.json());
+    let r = http(a, "POST", "/v1/count", &[], br#"{"filter": "tcp", "source": "nope"}"#);
+    assert_eq!((r.status, r.json()["sources"].clone()), (404, serde_json::json!(["g.pcap"])));
+    let r = http(a, "POST", "/v1/count", &[], &[b' '; 2000]);
+    assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+    let r = http(a, "POST", "/v1/query", &[], br#"{"filter": "tcp", "flow": 3}"#);
+    assert!(r.status == 400 && r.json()["error"].as_str().unwrap().contains("flow store"), "{}", r.json());
+    let r = http(a, "POST", "/v1/query", &[], br#"{"after": "yesterday-ish"}"#);
+    assert_eq!(r.status, 400);
+    let r = http(a, "GET", "/v1/nothing", &[], b"");
+    assert_eq!(r.status, 404);
+    let r = http(a, "GET", "/v1/query", &[], b"");
+    assert_eq!(r.status, 405);
+    // Counts, plans and stats, as JSON.
+    let r = http(a, "POST", "/v1/count", &[], br#"{"filter": "tcp"}"#);
+    let cli = pcaptool(&["query", p(&trace), "tcp", "--count"]);
+    assert_eq!(r.json()["matched"].to_string(), String::from_utf8_lossy(&cli.stdout).trim());
+    let r = http(a, "POST", "/v1/explain", &[], br#"{"filter": "udp"}"#);
+    assert_eq!((r.status, r.json()["source"].as_str()), (200, Some("g.pcap")));
+    let v = http(a, "GET", "/v1/stats", &[], b"").json();
+    assert_eq!(v["sources"][0]["name"], "g.pcap");
+    assert!(!v.to_string().contains(p(&dir.join(""))), "a path is shown: {v}");
+    assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
+    // One log line per request.
+    let logged = server.logged("/v1/count");
+    assert!(logged.iter().any(|l| l["status"] == 404) && logged.iter().any(|l| l["status"] == 200), "{logged:?}");
+}
+
+#[test]
+fn bearer_tokens_are_required_when_configured() {
+    let dir = TempDir::new("serve-tokens");
+    let trace = generated(&dir, "g.pcap", 2_000, 7);
+    let tokens = dir.join("tokens");
+    let out = pcaptool(&["serve", "token", "add", "analyst", "--tokens", p(&tokens)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(!std::fs::read_to_string(&tokens).unwrap().contains(&token), "the token is stored as it is");
+    let server = Server::start(&[p(&trace), "--tokens", p(&tokens)]);
+    let a = server.addr;
+    let body = br#"{"filter": "tcp"}"#;
+    let r = http(a, "POST", "/v1/count", &[], body);
+    assert_eq!((r.status, r.header("www-authenticate")), (401, Some("Bearer")));
+    let r = http(a, "POST", "/v1/count", &[("Authorization", "Bearer pt_0000")], body);
+    assert_eq!(r.status, 401);
+    let bearer = format!("Bearer {token}");
+    let r = http(a, "POST", "/v1/count", &[("Authorization", &bearer)], body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(http(a, "GET", "/v1/stats", &[], b"").status, 401);
+    assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
+    let ok = server.wait_for("/v1/count", |l| l["status"] == 200);
+    assert_eq!(ok["who"], "analyst");
+}
+
+#[test]
+fn only_loopback_is_served_without_tls_and_authentication() {
+    let dir = TempDir::new("serve-loopback");
+    let trace = generated(&dir, "g.pcap", 100, 8);
+    let out = pcaptool(&["serve", p(&trace), "--listen", "0.0.0.0:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("not a loopback address") && err.contains("--tls-cert"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let out = pcaptool(&["serve", "--listen", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+}
+
+/// The server's anonymous memory (heap and stacks, not the mapped trace), bytes.
+fn rss_anon(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+fn a_slow_client_holds_no_answer_in_memory_and_leaving_cancels_the_query() {
+    let dir = TempDir::new("serve-slow");
+    let trace = generated(&dir, "big.pcap", 300_000, 9);
+    let size = std::fs::metadata(&trace).unwrap().len();
+    let server = Server::start(&[p(&trace), "--max-queries", "1"]);
+    let before = rss_anon(server.pid());
+    // Every packet, scanned (no index): an answer as large as the trace.
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(&request_bytes("POST", "/v1/query", &[], b"{}")).unwrap();
+    let mut first = vec![0u8; 64 << 10];
+    s.read_exact(&mut first).unwrap();
+    // The client stops reading: the engine must wait for it, not gather the answer.
+    let mut most = 0;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        most = most.max(rss_anon(server.pid()));
+    }
+    let grown = most.saturating_sub(before);
+    assert!(grown < 48 << 20, "the server grew by {grown} bytes while a client of a {size}-byte answer stalled");
+    // Only one query runs at once: another is refused while this one waits.
+    let r = http(server.addr, "POST", "/v1/count", &[], b"{}");
+    assert_eq!(r.status, 429);
+    // The client leaves: the query stops, and its place is free again.
+    drop(s);
+    let line = server.wait_for("/v1/query", |l| l["status"] == 200);
+    assert!(line["outcome"].as_str().unwrap().starts_with("cancelled"), "{line}");
+    assert!(line["bytes"].as_u64().unwrap() < size, "{line}");
+    assert_eq!(http(server.addr, "POST", "/v1/count", &[], b"{}").status, 200);
+    println!("serve: a stalled client of a {size}-byte answer: the server grew by {grown} bytes; leaving cancelled it");
+}
