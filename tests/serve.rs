@@ -339,3 +339,115 @@ fn a_slow_client_holds_no_answer_in_memory_and_leaving_cancels_the_query() {
     assert_eq!(http(server.addr, "POST", "/v1/count", &[], b"{}").status, 200);
     println!("serve: a stalled client of a {size}-byte answer: the server grew by {grown} bytes; leaving cancelled it");
 }
+
+/// A certificate authority and what it signs, written as PEM files into a directory.
+struct Pki {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new(name: &str) -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+        Pki { ca: rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap() }
+    }
+
+    /// Writes the CA's certificate to `dir/NAME-ca.pem`.
+    fn ca_file(&self, dir: &TempDir, name: &str) -> PathBuf {
+        let path = dir.join(&format!("{name}-ca.pem"));
+        std::fs::write(&path, self.ca.pem()).unwrap();
+        path
+    }
+
+    /// A leaf certificate and key for `names`, for a server or a client, valid until `until` (year), written to
+    /// `dir/NAME.pem` and `dir/NAME-key.pem`.
+    fn leaf(&self, dir: &TempDir, name: &str, names: &[&str], client: bool, until: i32) -> (PathBuf, PathBuf) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until, 1, 1);
+        params.extended_key_usages = vec![if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let (c, k) = (dir.join(&format!("{name}.pem")), dir.join(&format!("{name}-key.pem")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+/// Debian's curl against the service: (exit status, body).
+fn curl(args: &[&str]) -> (i32, Vec<u8>) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "60"]).args(args).output().expect("run curl");
+    (out.status.code().unwrap_or(-1), out.stdout)
+}
+
+#[test]
+fn tls_with_client_certificates_and_tokens_checked_with_curl() {
+    if pcaptool_tests::tool("curl").is_none() {
+        return;
+    }
+    let dir = TempDir::new("serve-tls");
+    let trace = generated(&dir, "g.pcap", 5_000, 10);
+    let (servers, clients, strangers) = (Pki::new("server CA"), Pki::new("client CA"), Pki::new("other CA"));
+    let server_ca = servers.ca_file(&dir, "server");
+    let client_ca = clients.ca_file(&dir, "client");
+    let (cert, key) = servers.leaf(&dir, "server", &["localhost", "127.0.0.1"], false, 2099);
+    let (good, good_key) = clients.leaf(&dir, "analyst", &[], true, 2099);
+    let (expired, expired_key) = clients.leaf(&dir, "expired", &[], true, 2021);
+    let (foreign, foreign_key) = strangers.leaf(&dir, "stranger", &[], true, 2099);
+    let tokens = dir.join("tokens");
+    let token = String::from_utf8(pcaptool(&["serve", "token", "add", "ci", "--tokens", p(&tokens)]).stdout).unwrap();
+    let bearer = format!("Authorization: Bearer {}", token.trim());
+    let server = Server::start(&[
+        p(&trace),
+        "--tls-cert",
+        p(&cert),
+        "--tls-key",
+        p(&key),
+        "--client-ca",
+        p(&client_ca),
+        "--tokens",
+        p(&tokens),
+    ]);
+    let url = format!("https://localhost:{}/v1/query", server.addr.port());
+    let resolve = format!("localhost:{}:127.0.0.1", server.addr.port());
+    let base = ["--resolve", &resolve, "--cacert", p(&server_ca), "-X", "POST", "-d", r#"{"filter": "tcp port 80"}"#];
+    let out = dir.join("cli.pcap");
+    assert!(pcaptool(&["query", p(&trace), "tcp port 80", "-w", p(&out)]).status.success());
+    let want = std::fs::read(&out).unwrap();
+    for http in ["--http1.1", "--http2"] {
+        let (code, body) = curl(
+            &[&base[..], &[http, "--fail", "--cert", p(&good), "--key", p(&good_key), "-H", &bearer, &url]].concat(),
+        );
+        assert_eq!(code, 0, "{http}: {}", String::from_utf8_lossy(&body));
+        assert!(body == want, "{http}: {} bytes, the CLI wrote {}", body.len(), want.len());
+    }
+    // Refused: no client certificate, an expired one, one from another authority (the handshake fails); the
+    // right certificate without the token (401).
+    for (what, extra) in [
+        ("no client certificate", vec![]),
+        ("an expired certificate", vec!["--cert", p(&expired), "--key", p(&expired_key)]),
+        ("a certificate of another authority", vec!["--cert", p(&foreign), "--key", p(&foreign_key)]),
+    ] {
+        let (code, _) = curl(&[&base[..], &extra[..], &["-H", &bearer, &url]].concat());
+        assert!(code != 0, "{what}: curl succeeded");
+    }
+    let (code, body) = curl(
+        &[&base[..], &["--cert", p(&good), "--key", p(&good_key), "-w", "%{http_code}", "-o", "/dev/null", &url]]
+            .concat(),
+    );
+    assert_eq!((code, String::from_utf8_lossy(&body).as_ref()), (0, "401"));
+    // Plain HTTP to the TLS port is not answered.
+    let (code, _) = curl(&["-X", "POST", &format!("http://127.0.0.1:{}/v1/query", server.addr.port())]);
+    assert!(code != 0);
+    let ok = server.wait_for("/v1/query", |l| l["status"] == 200);
+    assert!(ok["who"].as_str().unwrap().starts_with("ci (cert:"), "{ok}");
+}
