@@ -253,11 +253,19 @@ fn filter_seeds(dir: &Path) -> anyhow::Result<usize> {
     let pcap = std::fs::read(root().join("testdata/tunnels.pcap"))?;
     let packets: Vec<Vec<u8>> =
         pcaptool_packet::Records::new(&pcap).filter_map(Result::ok).map(|r| r.data.to_vec()).collect();
-    for t in ["filter_parse", "filter_eval"] {
+    for t in ["filter_parse", "filter_eval", "serve_request"] {
         std::fs::create_dir_all(dir.join(t))?;
     }
     for (i, f) in filters.iter().enumerate() {
         std::fs::write(dir.join("filter_parse").join(format!("f{i}")), f)?;
+        // Query bodies of the service: the filter, with a time window, a limit or a format in turn.
+        let extra = match i % 4 {
+            0 => serde_json::json!({ "filter": f }),
+            1 => serde_json::json!({ "filter": f, "after": "2024-01-01T00:00:00Z", "before": 1_800_000_000 }),
+            2 => serde_json::json!({ "filter": f, "limit": 10, "max_bytes": 4096, "source": "a.pcap" }),
+            _ => serde_json::json!({ "filter": f, "format": "pcapng", "flow": 7 }),
+        };
+        std::fs::write(dir.join("serve_request").join(format!("f{i}")), extra.to_string())?;
         let mut seed = vec![0u8, 4];
         seed.extend_from_slice(f.as_bytes());
         seed.push(0);
@@ -333,7 +341,7 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
         }
     }
     let filters = filter_seeds(&dir)?;
-    eprintln!("fuzz seeds in {}: filter_parse and filter_eval {filters}", dir.display());
+    eprintln!("fuzz seeds in {}: filter_parse, filter_eval and serve_request {filters}", dir.display());
     // The index target edits a valid index it builds itself: its seeds are a few edit lists.
     let index = dir.join("index_from_bytes");
     std::fs::create_dir_all(&index)?;

@@ -21,12 +21,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use pcaptool_engine::{Cancel, Container, Counter, Error as EngineError, Request, Source, TraceSink, WriteOptions};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
+use crate::api::{Query, QueryBody, parse_query};
 use crate::body::{self, ByteLimit};
 use crate::sources::{Served, Service};
 use crate::{Config, Limits, ServeError, Tokens};
@@ -224,28 +224,6 @@ async fn authenticate(State(state): State<Shared>, mut req: HttpRequest, next: N
     next.run(req).await
 }
 
-/// A query's JSON body.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueryBody {
-    /// A filter in tcpdump's language (empty: every packet).
-    #[serde(default)]
-    filter: String,
-    /// RFC 3339 or epoch seconds.
-    after: Option<Value>,
-    before: Option<Value>,
-    /// Packets at most.
-    limit: Option<u64>,
-    /// Bytes of packet data at most.
-    max_bytes: Option<u64>,
-    /// A store's flow id.
-    flow: Option<u64>,
-    /// `pcap` (default, pcapng when link types differ) or `pcapng`.
-    format: Option<String>,
-    /// The source's name (needed when the service has several).
-    source: Option<String>,
-}
-
 /// What was asked, for the log line.
 #[derive(Debug, Default)]
 struct Asked {
@@ -261,15 +239,6 @@ struct Prepared {
     served: Arc<Source>,
     name: String,
     req: Request,
-}
-
-fn time_value(v: &Value, what: &str) -> Result<u64, String> {
-    let text = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return Err(format!("{what} must be an RFC 3339 time or epoch seconds")),
-    };
-    pcaptool_packet::parse_time(&text).map_err(|e| format!("{what}: {e}"))
 }
 
 /// Reads and checks a query body: 413 past the body limit, 400 for what does not parse (a filter with its
@@ -291,45 +260,14 @@ async fn prepare(state: &AppState, who: Option<Who>, peer: Option<Peer>, body: B
             });
         }
     };
-    let body: QueryBody = if bytes.iter().all(u8::is_ascii_whitespace) {
-        QueryBody::default()
-    } else {
-        serde_json::from_slice(&bytes).map_err(|e| {
-            error(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not a query: {e}"),
-                json!({ "see": "docs/service.md" }),
-            )
-        })?
-    };
+    let Query { body, request: req } = parse_query(&bytes, &state.limits).map_err(|r| {
+        let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
+        error(status, r.message, r.detail)
+    })?;
     let served: &Served = state
         .service
         .find(body.source.as_deref())
         .map_err(|m| error(StatusCode::NOT_FOUND, m, json!({ "sources": state.service.names() })))?;
-    let mut req = match pcaptool_query::Filter::new(&body.filter) {
-        Ok(f) => Request::new().with_filter(f),
-        Err(e) => {
-            return Err(error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid filter: {}", e.message()),
-                json!({ "caret": e.caret(), "span": { "start": e.span.start, "end": e.span.end } }),
-            ));
-        }
-    };
-    let bad = |m: String| error(StatusCode::BAD_REQUEST, m, Value::Null);
-    req.after = body.after.as_ref().map(|v| time_value(v, "after")).transpose().map_err(bad)?;
-    req.before = body.before.as_ref().map(|v| time_value(v, "before")).transpose().map_err(bad)?;
-    req.flow = body.flow;
-    req.limit = match (body.limit, state.limits.packets) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    if let Some(f) = &body.format
-        && f != "pcap"
-        && f != "pcapng"
-    {
-        return Err(error(StatusCode::BAD_REQUEST, format!("format must be pcap or pcapng, not {f:?}"), Value::Null));
-    }
     Ok(Prepared {
         who: who.map_or_else(|| "local".to_string(), |w| w.0),
         peer: peer.map(|p| p.addr),

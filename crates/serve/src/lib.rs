@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod auth;
 mod body;
 mod http;
