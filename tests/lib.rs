@@ -11,6 +11,8 @@
 #[path = "support/faults.rs"]
 pub mod faults;
 pub mod fuzz;
+#[path = "support/http.rs"]
+pub mod http;
 pub mod libpcap;
 #[path = "support/netns.rs"]
 pub mod netns;

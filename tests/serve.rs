@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pcaptool_tests::http::{Response, once, request_bytes};
 use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, filter_table, pcaptool_bin, repo_root};
 
@@ -89,75 +90,9 @@ impl Drop for Server {
     }
 }
 
-/// An HTTP/1.1 response: status, headers (names lowercased), body (chunked decoding undone) and whether the body
-/// ended as HTTP says a complete one ends.
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    complete: bool,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
-    }
-}
-
-fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    for (n, v) in headers {
-        r.push_str(&format!("{n}: {v}\r\n"));
-    }
-    r.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    let mut bytes = r.into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-/// One request on a connection of its own, read to its end.
+/// One request on a connection of its own.
 fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.write_all(&request_bytes(method, path, headers, body)).expect("send");
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    parse(&raw)
-}
-
-fn parse(raw: &[u8]) -> Response {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let rest = &raw[end + 4..];
-    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-    if !chunked {
-        let len = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
-        return Response { status, complete: len.is_none_or(|l| l == rest.len()), headers, body: rest.to_vec() };
-    }
-    let (mut body, mut at, mut complete) = (Vec::new(), 0, false);
-    while let Some(eol) = rest[at..].windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&rest[at..at + eol]).trim(), 16).unwrap_or(usize::MAX);
-        at += eol + 2;
-        if size == 0 {
-            complete = true;
-            break;
-        }
-        if size == usize::MAX || at + size + 2 > rest.len() {
-            break;
-        }
-        body.extend_from_slice(&rest[at..at + size]);
-        at += size + 2;
-    }
-    Response { status, headers, body, complete }
+    once(addr, method, path, headers, body).expect("an HTTP response")
 }
 
 fn query_body(filter: &str, source: &str) -> Vec<u8> {
@@ -317,7 +252,7 @@ fn a_slow_client_holds_no_answer_in_memory_and_leaving_cancels_the_query() {
     let before = rss_anon(server.pid());
     // Every packet, scanned (no index): an answer as large as the trace.
     let mut s = TcpStream::connect(server.addr).unwrap();
-    s.write_all(&request_bytes("POST", "/v1/query", &[], b"{}")).unwrap();
+    s.write_all(&request_bytes("POST", "/v1/query", &[], b"{}", true)).unwrap();
     let mut first = vec![0u8; 64 << 10];
     s.read_exact(&mut first).unwrap();
     // The client stops reading: the engine must wait for it, not gather the answer.
@@ -450,4 +385,30 @@ fn tls_with_client_certificates_and_tokens_checked_with_curl() {
     assert!(code != 0);
     let ok = server.wait_for("/v1/query", |l| l["status"] == 200);
     assert!(ok["who"].as_str().unwrap().starts_with("ci (cert:"), "{ok}");
+}
+
+#[test]
+fn flows_are_listed_as_pcaptool_flows_lists_them() {
+    let dir = TempDir::new("serve-flows");
+    let trace = generated(&dir, "g.pcap", 5_000, 11);
+    let store = dir.join("st");
+    assert!(pcaptool(&["import", p(&trace), "--store", p(&store)]).status.success());
+    let server = Server::start(&[p(&store), p(&trace)]);
+    for (filter, query) in
+        [("", ""), ("tcp port 443", "tcp%20port%20443"), ("udp and net 10.0.0.0/8", "udp+and+net+10.0.0.0%2F8")]
+    {
+        let r = http(server.addr, "GET", &format!("/v1/flows?source=st&filter={query}"), &[], b"");
+        assert_eq!((r.status, r.header("content-type")), (200, Some("application/x-ndjson")), "`{filter}`");
+        let mut args = vec!["flows", p(&store), "--json"];
+        args.extend(filter.split_whitespace());
+        let cli = pcaptool(&args);
+        assert!(cli.status.success());
+        assert!(
+            !cli.stdout.is_empty() && r.body == cli.stdout,
+            "`{filter}`: the service's flows differ from the CLI's"
+        );
+    }
+    let r = http(server.addr, "GET", "/v1/flows?source=g.pcap", &[], b"");
+    assert!(r.status == 400 && r.json()["error"].as_str().unwrap().contains("flow store"), "{}", r.json());
+    assert_eq!(http(server.addr, "GET", "/v1/flows?source=st&path=/etc", &[], b"").status, 400);
 }

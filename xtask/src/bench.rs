@@ -25,7 +25,7 @@ fn best<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
     (best, out.expect("runs > 0"))
 }
 
-fn command_time(runs: usize, cmd: &mut Command) -> anyhow::Result<Duration> {
+pub(crate) fn command_time(runs: usize, cmd: &mut Command) -> anyhow::Result<Duration> {
     let mut best_t = Duration::MAX;
     for _ in 0..runs {
         let t = Instant::now();
@@ -134,7 +134,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "--packets" => packets = it.next().context("--packets needs a value")?.parse()?,
             "--only" => {
                 only = Some(
-                    it.next().context("--only needs walk, commands, query, index, store, capture or pipeline")?.clone(),
+                    it.next()
+                        .context("--only needs walk, commands, query, index, store, serve, capture or pipeline")?
+                        .clone(),
                 )
             }
             s => bail!("unknown argument {s:?}"),
@@ -150,6 +152,21 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             if matches!(only.as_deref(), None | Some("store")) {
                 store_section(t)?;
             }
+        }
+        if only.is_some() {
+            return Ok(());
+        }
+    }
+    if matches!(only.as_deref(), None | Some("serve")) {
+        let tcpdump = which("tcpdump").context("the service benchmark compares with tcpdump: install it")?;
+        let traces = [Some(BenchTrace::generated(packets)?), BenchTrace::real()?];
+        for t in traces.iter().flatten() {
+            warm(&t.path)?;
+            let pass = command_time(
+                3,
+                Command::new(&tcpdump).arg("-r").arg(&t.path).args(["-w", "/dev/null"]).arg(&t.needles[0]),
+            )?;
+            crate::servebench::serve_section(t.label, &t.path, &t.needles, &t.absent.0, pass)?;
         }
         if only.is_some() {
             return Ok(());

@@ -6,6 +6,7 @@
 mod bench;
 mod capbench;
 mod floor;
+mod servebench;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -266,6 +267,9 @@ fn filter_seeds(dir: &Path) -> anyhow::Result<usize> {
             _ => serde_json::json!({ "filter": f, "format": "pcapng", "flow": 7 }),
         };
         std::fs::write(dir.join("serve_request").join(format!("f{i}")), extra.to_string())?;
+        // And as the query string of `GET /v1/flows`.
+        let qs = format!("source=st&filter={}", f.replace('%', "%25").replace('&', "%26").replace(' ', "+"));
+        std::fs::write(dir.join("serve_request").join(format!("q{i}")), qs)?;
         let mut seed = vec![0u8, 4];
         seed.extend_from_slice(f.as_bytes());
         seed.push(0);

@@ -80,6 +80,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod flows;
 mod matchers;
 mod plan;
 mod positional;
@@ -90,6 +91,7 @@ mod store;
 mod trace;
 
 pub use error::{Error, Mismatch, SinkError};
+pub use flows::FlowRecord;
 pub use matchers::{snap_for, snapshot};
 pub use plan::{DamagedPlan, IndexPlan, LinkTypePlan, Plan, StorePlan, Strategy};
 pub use positional::Positional;

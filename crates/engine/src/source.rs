@@ -124,6 +124,16 @@ impl Source {
         }
     }
 
+    /// The flows of a store that `req`'s filter may match, in id order: those whose keys pass the filter's
+    /// necessary condition (a superset of the flows with a matching packet), within the time window. A trace
+    /// has no flow table: [`Error::FlowNeedsStore`].
+    pub fn flows(&self, req: &Request) -> Result<Vec<crate::FlowRecord>, Error> {
+        match &self.inner {
+            Inner::Store(s) => s.flows(req),
+            Inner::Trace(t) => Err(Error::FlowNeedsStore { path: t.path().to_path_buf() }),
+        }
+    }
+
     /// How `req` would be answered, without reading packets.
     pub fn plan(&self, req: &Request) -> Result<Plan, Error> {
         match &self.inner {

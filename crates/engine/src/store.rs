@@ -79,6 +79,12 @@ impl StoreSource {
         Error::Store { dir: self.store.dir().to_path_buf(), source }
     }
 
+    /// The flows `req`'s filter may match (its necessary condition on flow keys, within the time window).
+    pub(crate) fn flows(&self, req: &Request) -> Result<Vec<crate::FlowRecord>, Error> {
+        let flows = self.store.flows(&Self::need(req)).map_err(|e| self.read_error(e))?;
+        Ok(flows.iter().map(crate::FlowRecord::from).collect())
+    }
+
     /// The condition a store can check: the filter's, within the time window.
     fn need(req: &Request) -> Need {
         req.windowed(req.filter.as_ref().map_or(Need::All, necessary))

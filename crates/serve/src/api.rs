@@ -1,4 +1,5 @@
-//! The service's requests, decoded from untrusted bytes: a query's JSON body into an engine request. Kept apart
+//! The service's requests, decoded from untrusted bytes: a query's JSON body, or the query string of
+//! `GET /v1/flows`, into an engine request. Kept apart
 //! from the HTTP side so that the fuzz target `serve_request` reaches it directly.
 
 use pcaptool_engine::Request;
@@ -82,6 +83,42 @@ pub fn parse_query(bytes: &[u8], limits: &Limits) -> Result<Query, Refusal> {
         serde_json::from_slice(bytes)
             .map_err(|e| refuse(format!("the request body is not a query: {e}"), json!({ "see": "docs/service.md" })))?
     };
+    checked(body, limits)
+}
+
+/// The query string of `GET /v1/flows`: `filter`, `after`, `before`, `source` (URL-encoded).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowsParams {
+    filter: Option<String>,
+    after: Option<String>,
+    before: Option<String>,
+    source: Option<String>,
+}
+
+/// Decodes the query string of `GET /v1/flows` (without its `?`).
+pub fn parse_flows_query(query: &str, limits: &Limits) -> Result<Query, Refusal> {
+    if query.len() > limits.body_bytes {
+        return Err(Refusal {
+            status: 414,
+            message: format!("the query string is longer than {} bytes", limits.body_bytes),
+            detail: Value::Null,
+        });
+    }
+    let p: FlowsParams = serde_urlencoded::from_str(query)
+        .map_err(|e| refuse(format!("the query string is not filter, after, before and source: {e}"), Value::Null))?;
+    let body = QueryBody {
+        filter: p.filter.unwrap_or_default(),
+        after: p.after.map(Value::String),
+        before: p.before.map(Value::String),
+        source: p.source,
+        ..QueryBody::default()
+    };
+    checked(body, limits)
+}
+
+/// A body's fields checked and turned into an engine request.
+fn checked(body: QueryBody, limits: &Limits) -> Result<Query, Refusal> {
     let mut request = match pcaptool_query::Filter::new(&body.filter) {
         Ok(f) => Request::new().with_filter(f),
         Err(e) => {
@@ -130,5 +167,18 @@ mod tests {
         assert_eq!(parse_query(br#"{"after": [1]}"#, &l).unwrap_err().status, 400);
         assert_eq!(parse_query(br#"{"filter": 3}"#, &l).unwrap_err().status, 400);
         assert_eq!(parse_query(&[b' '; 70_000], &l).unwrap_err().status, 413);
+    }
+
+    #[test]
+    fn flow_query_strings_decode() {
+        let l = Limits::default();
+        let q = parse_flows_query("filter=tcp%20port%20443&after=2024-01-01T00%3A00%3A00Z&source=st", &l).unwrap();
+        assert_eq!(q.body.filter, "tcp port 443");
+        assert_eq!(q.body.source.as_deref(), Some("st"));
+        assert_eq!(q.request.after, Some(1_704_067_200_000_000_000));
+        assert!(parse_flows_query("", &l).is_ok());
+        assert_eq!(parse_flows_query("filter=tcp+and", &l).unwrap_err().status, 400);
+        assert_eq!(parse_flows_query("path=/etc/passwd", &l).unwrap_err().status, 400);
+        assert_eq!(parse_flows_query(&"a".repeat(70_000), &l).unwrap_err().status, 414);
     }
 }

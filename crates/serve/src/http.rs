@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
-use crate::api::{Query, QueryBody, parse_query};
+use crate::api::{Query, QueryBody, parse_flows_query, parse_query};
 use crate::body::{self, ByteLimit};
 use crate::sources::{Served, Service};
 use crate::{Config, Limits, ServeError, Tokens};
@@ -155,6 +155,7 @@ fn router(state: Shared) -> Router {
         .route("/v1/query", post(query))
         .route("/v1/count", post(count))
         .route("/v1/explain", post(explain))
+        .route("/v1/flows", get(flows))
         .route("/v1/stats", get(stats))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
@@ -243,24 +244,19 @@ struct Prepared {
 
 /// Reads and checks a query body: 413 past the body limit, 400 for what does not parse (a filter with its
 /// caret), 404 for a source not served.
-async fn prepare(state: &AppState, who: Option<Who>, peer: Option<Peer>, body: Body) -> Result<Prepared, Response> {
-    let bytes = match axum::body::to_bytes(body, state.limits.body_bytes).await {
-        Ok(b) => b,
-        Err(e) => {
-            let too_big = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
-                || e.to_string().contains("length limit");
-            return Err(if too_big {
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the request body is larger than {} bytes", state.limits.body_bytes),
-                    Value::Null,
-                )
-            } else {
-                error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"), Value::Null)
-            });
-        }
+async fn prepare(
+    state: &AppState,
+    who: Option<Who>,
+    peer: Option<Peer>,
+    req: HttpRequest,
+) -> Result<Prepared, Response> {
+    // `GET /v1/flows` asks in its query string, the others in a JSON body.
+    let parsed = if req.method() == axum::http::Method::GET {
+        parse_flows_query(req.uri().query().unwrap_or(""), &state.limits)
+    } else {
+        parse_query(&read_body(state, req.into_body()).await?, &state.limits)
     };
-    let Query { body, request: req } = parse_query(&bytes, &state.limits).map_err(|r| {
+    let Query { body, request: req } = parsed.map_err(|r| {
         let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
         error(status, r.message, r.detail)
     })?;
@@ -276,6 +272,26 @@ async fn prepare(state: &AppState, who: Option<Who>, peer: Option<Peer>, body: B
         body,
         req,
     })
+}
+
+/// A request body up to the service's limit (413 beyond).
+async fn read_body(state: &AppState, body: Body) -> Result<axum::body::Bytes, Response> {
+    match axum::body::to_bytes(body, state.limits.body_bytes).await {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            let too_big = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
+                || e.to_string().contains("length limit");
+            Err(if too_big {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the request body is larger than {} bytes", state.limits.body_bytes),
+                    Value::Null,
+                )
+            } else {
+                error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"), Value::Null)
+            })
+        }
+    }
 }
 
 /// An engine error before any packet: its status and JSON.
@@ -342,12 +358,12 @@ async fn prepared(
     state: &AppState,
     who: Option<Who>,
     peer: Option<Peer>,
-    body: Body,
+    req: HttpRequest,
     path: &str,
     started: Instant,
 ) -> Result<Prepared, Response> {
     let (w, p) = (who.as_ref().map_or("local".to_string(), |w| w.0.clone()), peer.as_ref().map(|p| p.addr));
-    prepare(state, who, peer, body).await.inspect_err(|r| {
+    prepare(state, who, peer, req).await.inspect_err(|r| {
         log_request(p, &w, path, &Asked::default(), r.status().as_u16(), None, None, started, "refused");
     })
 }
@@ -374,7 +390,7 @@ fn permit(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, Respons
 async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
     let started = Instant::now();
     let (who, peer) = extensions(&req);
-    let p = match prepared(&state, who, peer, req.into_body(), "/v1/query", started).await {
+    let p = match prepared(&state, who, peer, req, "/v1/query", started).await {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -460,7 +476,7 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
 async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
     let started = Instant::now();
     let (who, peer) = extensions(&req);
-    let p = match prepared(&state, who, peer, req.into_body(), "/v1/count", started).await {
+    let p = match prepared(&state, who, peer, req, "/v1/count", started).await {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -521,7 +537,7 @@ impl Drop for CancelOnDrop {
 async fn explain(State(state): State<Shared>, req: HttpRequest) -> Response {
     let started = Instant::now();
     let (who, peer) = extensions(&req);
-    let p = match prepared(&state, who, peer, req.into_body(), "/v1/explain", started).await {
+    let p = match prepared(&state, who, peer, req, "/v1/explain", started).await {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -547,6 +563,71 @@ async fn explain(State(state): State<Shared>, req: HttpRequest) -> Response {
         }
         Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "planning failed", Value::Null),
     }
+}
+
+/// `GET /v1/flows?filter=F`: a store's flows that the filter may match, as JSON lines (`pcaptool flows --json`),
+/// written as they are formatted.
+async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
+    let started = Instant::now();
+    let (who, peer) = extensions(&req);
+    let p = match prepared(&state, who, peer, req, "/v1/flows", started).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
+    let permit = match permit(&state) {
+        Ok(x) => x,
+        Err(r) => {
+            log_request(p.peer, &p.who, "/v1/flows", &asked, 429, None, None, started, "too many queries");
+            return r;
+        }
+    };
+    let (source, req) = (p.served.clone(), p.req.clone());
+    let records = match tokio::task::spawn_blocking(move || source.flows(&req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let r = engine_error(&e);
+            log_request(p.peer, &p.who, "/v1/flows", &asked, r.status().as_u16(), None, None, started, &chain(&e));
+            return r;
+        }
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "listing flows failed", Value::Null),
+    };
+    let cancel = Cancel::new();
+    let (stream, writer, tx, sent) = body::channel(cancel.clone());
+    let (who, peer, n) = (p.who.clone(), p.peer, records.len() as u64);
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut w = std::io::BufWriter::with_capacity(64 << 10, writer);
+        let mut outcome = "ok".to_string();
+        for r in &records {
+            if cancel.is_cancelled() {
+                outcome = "cancelled (the client went away)".into();
+                break;
+            }
+            let line = serde_json::to_string(r).unwrap_or_default();
+            if writeln!(w, "{line}").is_err() {
+                outcome = "cancelled (the client went away)".into();
+                break;
+            }
+        }
+        if w.flush().is_err() {
+            outcome = "cancelled (the client went away)".into();
+        }
+        drop(w);
+        drop(tx);
+        log_request(
+            peer,
+            &who,
+            "/v1/flows",
+            &asked,
+            200,
+            Some(n),
+            Some(sent.load(Ordering::Relaxed)),
+            started,
+            &outcome,
+        );
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-ndjson")], Body::new(stream)).into_response()
 }
 
 /// `GET /v1/stats`: the sources, and the queries running.

@@ -185,37 +185,29 @@ pub(crate) fn flows(args: FlowsArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn write_flow(o: &mut dyn Write, f: &Flow, json: bool) -> io::Result<()> {
-    let (oh, op) = f.orig_endpoint();
-    let (rh, rp) = f.resp_endpoint();
-    let ts = format!("{}.{:09}", f.first_ns / 1_000_000_000, f.first_ns % 1_000_000_000);
-    let dur = f.last_ns.saturating_sub(f.first_ns);
-    let dur = format!("{}.{:09}", dur / 1_000_000_000, dur % 1_000_000_000);
+    let r = pcaptool_engine::FlowRecord::from(f);
     if json {
-        writeln!(
-            o,
-            "{}",
-            serde_json::json!({
-                "id": f.id, "ts": ts, "duration": dur, "orig_h": oh.to_string(), "orig_p": op,
-                "resp_h": rh.to_string(), "resp_p": rp, "proto": f.key.proto.0, "vlan": f.key.vlan,
-                "conn_state": f.state.name(), "orig_pkts": f.orig.packets, "orig_bytes": f.orig.bytes,
-                "resp_pkts": f.resp.packets, "resp_bytes": f.resp.bytes, "orig_payload": f.orig.payload,
-                "resp_payload": f.resp.payload, "orig_flags": f.orig.flags, "resp_flags": f.resp.flags,
-            })
-        )
+        writeln!(o, "{}", serde_json::to_string(&r).map_err(io::Error::other)?)
     } else {
         writeln!(
             o,
-            "{}\t{ts}\t{dur}\t{oh}\t{op}\t{rh}\t{rp}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-            f.id,
-            f.key.proto.0,
-            f.key.vlan,
-            f.state.name(),
-            f.orig.packets,
-            f.orig.bytes,
-            f.resp.packets,
-            f.resp.bytes,
-            f.orig.payload,
-            f.resp.payload
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            r.id,
+            r.ts,
+            r.duration,
+            r.orig_h,
+            r.orig_p,
+            r.resp_h,
+            r.resp_p,
+            r.proto,
+            r.vlan,
+            r.conn_state,
+            r.orig_pkts,
+            r.orig_bytes,
+            r.resp_pkts,
+            r.resp_bytes,
+            r.orig_payload,
+            r.resp_payload
         )
     }
 }
