@@ -123,6 +123,21 @@ pub enum Error {
     /// The time window is empty.
     #[error("--after must be earlier than --before: the window is empty")]
     EmptyWindow,
+    /// A part of a merged source failed (see [`Source::merged`](crate::Source::merged)).
+    #[error("{name}")]
+    Part {
+        /// The part's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+    /// No part of a merged source could answer.
+    #[error("no source could answer")]
+    NoParts,
+    /// A part of a merged source stopped without an answer (its thread panicked).
+    #[error("the source stopped without an answer")]
+    PartLost,
     /// The request's [`Cancel`](crate::Cancel) was set before the answer was complete.
     #[error("the request was cancelled")]
     Cancelled,

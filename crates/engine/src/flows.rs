@@ -44,6 +44,9 @@ pub struct FlowRecord {
     pub resp_payload: u64,
     /// OR of the responder's TCP flags.
     pub resp_flags: u8,
+    /// The store the flow is from, among the parts of a merged source (ids are per store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 fn seconds(ns: u64) -> String {
@@ -73,6 +76,7 @@ impl From<&Flow> for FlowRecord {
             resp_bytes: f.resp.bytes,
             resp_payload: f.resp.payload,
             resp_flags: f.resp.flags,
+            source: None,
         }
     }
 }

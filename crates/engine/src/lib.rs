@@ -82,6 +82,7 @@
 mod error;
 mod flows;
 mod matchers;
+mod merge;
 mod plan;
 mod positional;
 mod request;

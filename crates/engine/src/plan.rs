@@ -20,6 +20,8 @@ pub enum Strategy {
     Stages,
     /// One flow of a store, one read per segment it spans.
     Flow,
+    /// Several sources answered in parallel, their matches merged by timestamp (each part's plan in `parts`).
+    Merge,
 }
 
 /// What a plan reads of a trace's index.
@@ -123,4 +125,7 @@ pub struct Plan {
     pub store: Option<StorePlan>,
     /// The compiled tests per link type.
     pub link_types: Vec<LinkTypePlan>,
+    /// The plan of each part of a merged source.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Plan>,
 }

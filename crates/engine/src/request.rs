@@ -213,4 +213,6 @@ pub struct Outcome {
     pub store: Option<pcaptool_flowstore::QueryStats>,
     /// Whether the sink stopped the answer before its end.
     pub stopped: bool,
+    /// Parts of a merged source left out because they failed (with `partial`): name and why.
+    pub failed: Vec<(String, String)>,
 }

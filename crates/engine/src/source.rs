@@ -4,6 +4,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
+use crate::merge::Merged;
 use crate::plan::Plan;
 use crate::store::StoreSource;
 use crate::trace::TraceSource;
@@ -20,6 +23,8 @@ pub enum SourceKind {
     IndexedTrace,
     /// A flow store directory.
     Store,
+    /// Several sources answered as one ([`Source::merged`]).
+    Merged,
 }
 
 /// How to open a source.
@@ -72,6 +77,7 @@ pub struct Source {
 enum Inner {
     Trace(Box<TraceSource>),
     Store(StoreSource),
+    Merged(Merged),
 }
 
 impl Source {
@@ -92,19 +98,30 @@ impl Source {
         Ok(Source { inner })
     }
 
+    /// Sources answered as one, each named: their matches merged by timestamp (ties in the order given), as
+    /// one trace holding all their packets would answer. Each part answers on a thread of its own, into a
+    /// bounded channel, so memory holds a few batches a part. The output's interfaces are every part's; it is
+    /// pcap when the parts are pcap of one link type. Without `partial`, a part that fails fails the answer
+    /// ([`Error::Part`], naming it); with it, the others answer and [`Outcome::failed`] names those left out.
+    pub fn merged(parts: Vec<(String, Arc<Source>)>, partial: bool) -> Source {
+        Source { inner: Inner::Merged(Merged::new(parts, partial)) }
+    }
+
     /// What it is.
     pub fn kind(&self) -> SourceKind {
         match &self.inner {
             Inner::Trace(t) => t.kind(),
             Inner::Store(_) => SourceKind::Store,
+            Inner::Merged(_) => SourceKind::Merged,
         }
     }
 
-    /// The path it was opened from.
+    /// The path it was opened from (a merged source's: its parts' names, joined with commas).
     pub fn path(&self) -> &Path {
         match &self.inner {
             Inner::Trace(t) => t.path(),
             Inner::Store(s) => s.store().dir(),
+            Inner::Merged(m) => m.path(),
         }
     }
 
@@ -112,7 +129,7 @@ impl Source {
     pub fn store(&self) -> Option<&pcaptool_flowstore::Store> {
         match &self.inner {
             Inner::Store(s) => Some(s.store()),
-            Inner::Trace(_) => None,
+            Inner::Trace(_) | Inner::Merged(_) => None,
         }
     }
 
@@ -120,7 +137,7 @@ impl Source {
     pub fn index(&self) -> Option<&pcaptool_index::IndexFile> {
         match &self.inner {
             Inner::Trace(t) => t.index_file(),
-            Inner::Store(_) => None,
+            Inner::Store(_) | Inner::Merged(_) => None,
         }
     }
 
@@ -131,6 +148,7 @@ impl Source {
         match &self.inner {
             Inner::Store(s) => s.flows(req),
             Inner::Trace(t) => Err(Error::FlowNeedsStore { path: t.path().to_path_buf() }),
+            Inner::Merged(m) => m.flows(req),
         }
     }
 
@@ -139,6 +157,7 @@ impl Source {
         match &self.inner {
             Inner::Trace(t) => t.plan(req),
             Inner::Store(s) => s.plan(req),
+            Inner::Merged(m) => m.plan(req),
         }
     }
 
@@ -157,6 +176,7 @@ impl Source {
         let result = match &self.inner {
             Inner::Trace(t) => t.run(req, sink, progress),
             Inner::Store(s) => s.run(req, sink),
+            Inner::Merged(m) => m.run(req, sink),
         };
         if result.is_err() {
             // Whatever failed (the filter for a link type met on the way, a read, the output), the sink removes

@@ -165,6 +165,7 @@ impl StoreSource {
                     .collect(),
             }),
             link_types: matchers.map(|m| m.plans()).unwrap_or_default(),
+            parts: Vec::new(),
         })
     }
 

@@ -260,15 +260,15 @@ async fn prepare(
         let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
         error(status, r.message, r.detail)
     })?;
-    let served: &Served = state
+    let (name, served) = state
         .service
         .find(body.source.as_deref())
         .map_err(|m| error(StatusCode::NOT_FOUND, m, json!({ "sources": state.service.names() })))?;
     Ok(Prepared {
         who: who.map_or_else(|| "local".to_string(), |w| w.0),
         peer: peer.map(|p| p.addr),
-        name: served.name.clone(),
-        served: served.source(),
+        name,
+        served,
         body,
         req,
     })
@@ -296,7 +296,12 @@ async fn read_body(state: &AppState, body: Body) -> Result<axum::body::Bytes, Re
 
 /// An engine error before any packet: its status and JSON.
 fn engine_error(e: &EngineError) -> Response {
-    let status = match e {
+    // A part of a merged source: the part's error decides the status; the message names the part.
+    let mut inner = e;
+    while let EngineError::Part { source, .. } = inner {
+        inner = source;
+    }
+    let status = match inner {
         EngineError::Filter(_)
         | EngineError::FilterForLinkType { .. }
         | EngineError::EmptyWindow
@@ -305,7 +310,7 @@ fn engine_error(e: &EngineError) -> Response {
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut extra = Value::Null;
-    if let EngineError::Filter(f) | EngineError::FilterForLinkType { source: f, .. } = e {
+    if let EngineError::Filter(f) | EngineError::FilterForLinkType { source: f, .. } = inner {
         extra = json!({ "caret": f.caret() });
     }
     error(status, chain(e), extra)
@@ -549,11 +554,7 @@ async fn explain(State(state): State<Shared>, req: HttpRequest) -> Response {
             // Sources are named, never shown by path: the index by its file name.
             let mut v = serde_json::to_value(&plan).unwrap_or_else(|e| json!({ "error": e.to_string() }));
             v["source"] = p.name.clone().into();
-            if let Some(path) = v.pointer_mut("/index/path")
-                && let Some(name) = path.as_str().and_then(|s| std::path::Path::new(s).file_name())
-            {
-                *path = name.to_string_lossy().into_owned().into();
-            }
+            hide_paths(&mut v);
             (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
         }
         Ok(Err(e)) => {
@@ -628,6 +629,18 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
         );
     });
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-ndjson")], Body::new(stream)).into_response()
+}
+
+/// A plan shows indexes by file name only, its parts' too (a part's `source` is its name already).
+fn hide_paths(plan: &mut Value) {
+    if let Some(path) = plan.pointer_mut("/index/path")
+        && let Some(name) = path.as_str().and_then(|s| std::path::Path::new(s).file_name())
+    {
+        *path = name.to_string_lossy().into_owned().into();
+    }
+    if let Some(Value::Array(parts)) = plan.get_mut("parts") {
+        parts.iter_mut().for_each(hide_paths);
+    }
 }
 
 /// `GET /v1/stats`: the sources, and the queries running.

@@ -134,12 +134,24 @@ impl Service {
         self.sources.iter().map(|s| s.name.as_str()).collect()
     }
 
-    /// The source named `name`, or the only one when `name` is `None`.
-    pub(crate) fn find(&self, name: Option<&str>) -> Result<&Served, String> {
-        match name {
-            Some(n) => self.sources.iter().find(|s| s.name == n).ok_or_else(|| format!("no source named {n:?}")),
-            None if self.sources.len() == 1 => Ok(&self.sources[0]),
-            None => Err(format!("name a source: this service serves {}", self.names().join(", "))),
+    /// The source a request names: one name, several joined with commas (merged by timestamp), or every
+    /// source when `name` is `None`. Returns the name shown and the source.
+    pub(crate) fn find(&self, name: Option<&str>) -> Result<(String, Arc<Source>), String> {
+        let chosen: Vec<&Served> = match name {
+            None => self.sources.iter().collect(),
+            Some(list) => list
+                .split(',')
+                .map(|n| self.sources.iter().find(|s| s.name == n).ok_or_else(|| format!("no source named {n:?}")))
+                .collect::<Result<_, _>>()?,
+        };
+        match chosen.as_slice() {
+            [] => Err("name a source".to_string()),
+            [one] => Ok((one.name.clone(), one.source())),
+            many => {
+                let parts: Vec<(String, Arc<Source>)> = many.iter().map(|s| (s.name.clone(), s.source())).collect();
+                let name = parts.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join(",");
+                Ok((name, Arc::new(Source::merged(parts, false))))
+            }
         }
     }
 

@@ -161,6 +161,7 @@ impl TraceSource {
             index,
             store: None,
             link_types: matchers.plans(),
+            parts: Vec::new(),
         })
     }
 
