@@ -11,9 +11,10 @@ use crate::flow::{ConnState, Flow, Side};
 /// First bytes of a segment index.
 pub const MAGIC: [u8; 4] = *b"PTSG";
 /// Format version of the segment indexes written (versions 2, without data checksums, 3, with a Bloom filter of
-/// flow ids, blocks of 256 flows and no summary of the packets of no flow, and 4, with timestamps always in
-/// nanoseconds, are still read).
-pub const VERSION: u16 = 5;
+/// flow ids, blocks of 256 flows and no summary of the packets of no flow, 4, with timestamps always in
+/// nanoseconds, and 5, whose flows do not say whether an IPv6 extension header puts another IP protocol where
+/// filters read it, are still read).
+pub const VERSION: u16 = 6;
 /// Interfaces a segment holds at most (a packet's index among them takes 16 bits in the writer).
 pub const MAX_IFACES: usize = 1 << 16;
 /// False-positive rate the port Bloom filter is sized for.

@@ -133,7 +133,7 @@ impl FlowIds {
 /// A segment's first stage: kept in memory for every segment of a store.
 #[derive(Clone, Debug)]
 pub struct Stage1 {
-    /// The index's format version (2 to 5).
+    /// The index's format version (2 to 6).
     pub version: u16,
     /// The segment's number.
     pub number: u32,
@@ -278,7 +278,7 @@ impl Stage1 {
         o
     }
 
-    /// Decodes a stage 1 body of format `version` (2 to 5).
+    /// Decodes a stage 1 body of format `version` (2 to 6).
     pub(crate) fn decode(b: &[u8], version: u16) -> Result<Stage1, String> {
         let mut r = Rd { b, at: 0 };
         let number = r.u32()?;

@@ -52,6 +52,8 @@ pub struct FlowEntry {
     pub packets: u32,
     positions_at: u64,
     positions_len: u64,
+    /// Whether a packet's IP protocol, as filters read it, may differ from the key's (IPv6 extension headers).
+    proto_beyond_key: bool,
 }
 
 impl FlowEntry {
@@ -62,11 +64,13 @@ impl FlowEntry {
 
     /// Whether the flow may hold a packet satisfying `need` (the packets of no flow always may).
     pub fn may_match(&self, need: &Need) -> bool {
-        self.is_no_flow() || need_may(need, &|p| flow_pred_may(&self.flow, p))
+        self.is_no_flow() || need_may(need, &|p| flow_pred_may(&self.flow, p, self.proto_beyond_key))
     }
 }
 
-fn flow_pred_may(f: &Flow, p: &Pred) -> bool {
+/// Whether a packet of flow `f` may satisfy `p`; `proto_beyond_key`: some packet's IP protocol, as filters
+/// read it, is not the key's.
+fn flow_pred_may(f: &Flow, p: &Pred, proto_beyond_key: bool) -> bool {
     let k = &f.key;
     let addr = |a: IpAddr| match a {
         IpAddr::V4(v) => (4u8, u128::from(u32::from(v))),
@@ -77,7 +81,7 @@ fn flow_pred_may(f: &Flow, p: &Pred) -> bool {
         Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => either(4),
         Field::Ip6Src | Field::Ip6Dst => either(6),
         Field::SrcPort | Field::DstPort => p.holds(u128::from(k.lo_port)) || p.holds(u128::from(k.hi_port)),
-        Field::IpProto => p.holds(u128::from(k.proto.0)),
+        Field::IpProto => proto_beyond_key || p.holds(u128::from(k.proto.0)),
         Field::VlanId => k.vlan == 0 || p.holds(u128::from(k.vlan)),
         Field::Time => p.mask != u128::MAX || (p.lo <= u128::from(f.last_ns) && u128::from(f.first_ns) <= p.hi),
         _ => true,
@@ -262,6 +266,8 @@ pub(crate) struct NoFlowSets {
 /// What the writer knows of one slot.
 pub(crate) struct SlotIn<'a> {
     pub flow: &'a Flow,
+    /// Whether some packet's IP protocol, as filters read it, is not the key's (format 6: flags bit 4).
+    pub proto_beyond_key: bool,
     pub data_len: u64,
     pub positions_len: u64,
 }
@@ -351,7 +357,7 @@ fn row(
         u64::from(f.key.hi_port),
         u64::from(f.key.proto.0),
         u64::from(f.key.vlan),
-        u64::from(f.orig_is_lo) | (f.state as u64) << 1,
+        u64::from(f.orig_is_lo) | (f.state as u64) << 1 | u64::from(s.proto_beyond_key) << 4,
         u64::from(f.orig.flags),
         u64::from(f.resp.flags),
         first,
@@ -884,7 +890,16 @@ impl Stage2 {
                 };
                 flow.orig_is_lo = c[7] & 1 == 1;
             }
-            flow.state = ConnState::from_code(small(c[7] >> 1, 0xff, "state")? as u8).ok_or_else(|| bad("state"))?;
+            // Format 6: the state in bits 1-3, bit 4 whether the flow's IP protocol as filters read it may differ
+            // from its key's; before, bits 1.. the state, and an IPv6 flow may (its extension headers were not
+            // looked at).
+            let state = if self.frame.version >= 6 { c[7] >> 1 & 7 } else { c[7] >> 1 };
+            flow.state = ConnState::from_code(small(state, 0xff, "state")? as u8).ok_or_else(|| bad("state"))?;
+            if self.frame.version >= 6 && c[7] >> 5 != 0 {
+                return Err(bad("flags"));
+            }
+            let proto_beyond_key =
+                if self.frame.version >= 6 { c[7] >> 4 & 1 == 1 } else { matches!(flow.key.lo_addr, IpAddr::V6(_)) };
             if slot == 0 && self.frame.version >= 5 && c[12] == 0 && c[13] == 0 {
                 // The empty entry of no flow: its sentinel times, not stored.
                 (flow.first_ns, flow.last_ns) = (u64::MAX, 0);
@@ -914,6 +929,7 @@ impl Stage2 {
                 packets: packets as u32,
                 positions_at: pos_at,
                 positions_len,
+                proto_beyond_key,
             });
             data_at = data_at.checked_add(data_len).ok_or_else(|| bad("data lengths overflow"))?;
             pos_at = pos_at.checked_add(positions_len).ok_or_else(|| bad("positions overflow"))?;
@@ -1175,7 +1191,12 @@ mod tests {
                 .map(|(f, c)| {
                     let packets = f.orig.packets + f.resp.packets;
                     let full = 16 * packets + f.orig.bytes + f.resp.bytes;
-                    SlotIn { flow: f, data_len: full - c.min(&(f.orig.bytes + f.resp.bytes)), positions_len: packets + c % 3 }
+                    SlotIn {
+                        flow: f,
+                        proto_beyond_key: c % 5 == 0,
+                        data_len: full - c.min(&(f.orig.bytes + f.resp.bytes)),
+                        positions_len: packets + c % 3,
+                    }
                 })
                 .collect();
             // The endpoints equal a sort, a dedup and binary searches.
@@ -1237,7 +1258,13 @@ mod tests {
                 }
                 prop_assert_eq!((e.flow.first_ns, e.flow.last_ns, e.flow.orig, e.flow.resp), (s.flow.first_ns, s.flow.last_ns, s.flow.orig, s.flow.resp));
                 prop_assert_eq!((e.data_offset, e.data_len), (at, s.data_len));
+                prop_assert_eq!(e.proto_beyond_key, s.proto_beyond_key);
                 at += s.data_len;
+            }
+            // A flow whose packets' IP protocol may differ from its key's matches a condition on another one.
+            for e in all.iter().filter(|e| e.slot != 0) {
+                let other = u128::from(e.flow.key.proto.0 ^ 1);
+                prop_assert_eq!(e.may_match(&Need::Pred(Pred::range(Field::IpProto, other, other))), e.proto_beyond_key);
             }
             // Lookups equal a scan of the entries.
             let (a, b, pa, pb, bits) = q;

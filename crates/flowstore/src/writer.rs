@@ -64,6 +64,9 @@ const ARENA_MIN: usize = 64 << 10;
 #[derive(Debug)]
 struct SlotFlow {
     flow: Flow,
+    /// Whether some packet's IP protocol, as a filter reads it, is not the key's (IPv6 extension headers: the
+    /// key takes the protocol after them, `ip6 proto` the first next header).
+    proto_beyond_key: bool,
 }
 
 /// A writer's containers, which a closed writer hands to the next (their memory is already faulted in).
@@ -203,7 +206,7 @@ impl SegmentWriter {
             source: None,
             mem: {
                 spare.clear();
-                spare.slots.push(SlotFlow { flow: no_flow() });
+                spare.slots.push(SlotFlow { flow: no_flow(), proto_beyond_key: false });
                 spare.last.push(0);
                 spare
             },
@@ -327,7 +330,7 @@ impl SegmentWriter {
         };
         // (A packet of no flow has no key its fields could be in: its fields are always noted.)
         if !p.fields_in_key || slot == 0 {
-            self.note_fields(p, slot == 0);
+            self.note_fields(p, slot);
         }
         let state = p.flow.map_or(ConnState::Oth, |f| f.3);
         let len = p.data.len();
@@ -386,7 +389,10 @@ impl SegmentWriter {
     fn slot_of_flow(&mut self, id: u64, tuple: FlowTuple, orig_is_lo: bool) -> u32 {
         let (slots, last) = (&mut self.mem.slots, &mut self.mem.last);
         let mut new = || {
-            slots.push(SlotFlow { flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() } });
+            slots.push(SlotFlow {
+                flow: Flow { id, key: FlowKey::from(tuple), orig_is_lo, ..no_flow() },
+                proto_beyond_key: false,
+            });
             last.push(0);
             (slots.len() - 1) as u32
         };
@@ -399,14 +405,24 @@ impl SegmentWriter {
     /// and short port ranges the filters test need all of its bytes, and libpcap rejects a packet whose test
     /// reads past its bytes (see `Need::may_match_captured`). A packet of no flow (`no_flow`) is noted in stage
     /// 2's summary too.
-    fn note_fields(&mut self, p: &PacketIn<'_>, no_flow: bool) {
+    fn note_fields(&mut self, p: &PacketIn<'_>, slot: u32) {
         let fields = PacketFields::new(self.linktype, p.data, p.wirelen, p.ts_ns).swapped(self.swapped);
         if !fields.has_header_fields() {
             self.unknown_fields = true;
             return;
         }
-        if no_flow {
+        if slot == 0 {
             NoFlow::note(&mut self.no_flow, &fields);
+        } else if let Some((_, tuple, ..)) = p.flow
+            && let Some(sf) = self.mem.slots.get_mut(slot as usize)
+            && !sf.proto_beyond_key
+        {
+            // The protocol a filter reads (an IPv6 packet's first next header) may not be the key's.
+            sf.proto_beyond_key = match fields.reader().get(Field::IpProto) {
+                FieldValue::Value(v) => v != u128::from(tuple.proto),
+                FieldValue::Unknown => true,
+                FieldValue::Missing => false,
+            };
         }
         const FIELDS: [Field; 8] = [
             Field::Ip4Src,
@@ -620,6 +636,7 @@ impl SegmentWriter {
             .zip(&spans)
             .map(|(&s, span)| SlotIn {
                 flow: &self.mem.slots[s as usize].flow,
+                proto_beyond_key: self.mem.slots[s as usize].proto_beyond_key,
                 data_len: span.data,
                 positions_len: span.positions,
             })
