@@ -162,6 +162,7 @@ fn router(state: Shared) -> Router {
         .route("/healthz", get(healthz))
         .merge(api)
         .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(state.clone(), closing))
         .with_state(state)
 }
@@ -175,8 +176,19 @@ fn error(status: StatusCode, message: impl Into<String>, extra: Value) -> Respon
     (status, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
 }
 
-async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "no such endpoint: see docs/service.md", Value::Null)
+async fn not_found(req: HttpRequest) -> Response {
+    refused(&req, StatusCode::NOT_FOUND, "no such endpoint: see docs/service.md")
+}
+
+async fn wrong_method(req: HttpRequest) -> Response {
+    refused(&req, StatusCode::METHOD_NOT_ALLOWED, "this endpoint takes another method: see docs/service.md")
+}
+
+/// A refusal before any handler, logged as one.
+fn refused(req: &HttpRequest, status: StatusCode, message: &str) -> Response {
+    let peer = req.extensions().get::<Peer>().map(|p| p.addr.to_string());
+    log(&json!({ "peer": peer, "path": req.uri().path(), "status": status.as_u16(), "outcome": message }));
+    error(status, message, Value::Null)
 }
 
 async fn healthz() -> &'static str {
@@ -184,13 +196,26 @@ async fn healthz() -> &'static str {
 }
 
 /// 503 for every request once the service is stopping.
+///
+/// Every request's body (at most `--max-body` bytes) is read first, whatever answers it: a refusal that left it
+/// unread would end an HTTP/2 stream with a reset that clients report as an error instead of the refusal.
 async fn closing(State(state): State<Shared>, req: HttpRequest, next: Next) -> Response {
     if state.closing.load(Ordering::SeqCst) {
-        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "the service is shutting down", Value::Null);
+        let mut r = refused(&req, StatusCode::SERVICE_UNAVAILABLE, "the service is shutting down");
         r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         return r;
     }
-    next.run(req).await
+    let (parts, body) = req.into_parts();
+    match read_body(&state, body).await {
+        Ok(bytes) => next.run(HttpRequest::from_parts(parts, Body::from(bytes))).await,
+        Err(r) => {
+            let peer = parts.extensions.get::<Peer>().map(|p| p.addr.to_string());
+            log(
+                &json!({ "peer": peer, "path": parts.uri.path(), "status": r.status().as_u16(), "outcome": "refused" }),
+            );
+            r
+        }
+    }
 }
 
 /// Bearer tokens, when the service has a token file; the client certificate was checked by the handshake.
