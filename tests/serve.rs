@@ -78,6 +78,24 @@ impl Server {
         }
     }
 
+    /// Waits (at most 30 s) for the log line of event `name`.
+    fn wait_for_event(&self, name: &str) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let found = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok().filter(|v| v["event"] == name));
+            if let Some(v) = found {
+                return v;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no {name} event: {:?}", self.log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -472,4 +490,37 @@ fn several_sources_are_answered_as_their_merged_trace() {
     assert!(!plan.to_string().contains(p(&dir.join(""))), "a path is shown: {plan}");
     println!("serve: three sources merged: {same} answers byte-identical to the merged trace's ({packets} packets)");
     assert!(same > 50 && packets > 0);
+}
+
+#[test]
+fn sigterm_lets_queries_finish_then_cancels_a_stalled_one() {
+    let dir = TempDir::new("serve-stop");
+    let trace = generated(&dir, "big.pcap", 100_000, 13);
+    let mut server = Server::start(&[p(&trace), "--drain-seconds", "1"]);
+    // A query that finishes, then a client that stops reading its answer.
+    assert_eq!(http(server.addr, "POST", "/v1/count", &[], b"{}").status, 200);
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(&request_bytes("POST", "/v1/query", &[], b"{}", true)).unwrap();
+    let mut first = vec![0u8; 64 << 10];
+    s.read_exact(&mut first).unwrap();
+    let st = Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().unwrap();
+    assert!(st.success());
+    // The stop waits a second for the stalled query, cancels it, and the process ends cleanly.
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = server.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "pcaptool serve did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let stopped = server.wait_for_event("stopped");
+    assert_eq!((stopped["drained"].as_bool(), stopped["engines_stopped"].as_bool()), (Some(false), Some(true)));
+    // The stalled answer ends short of complete, and nothing listens any more.
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let whole = std::fs::metadata(&trace).unwrap().len() as usize;
+    assert!(first.len() + rest.len() < whole, "the stalled answer was sent whole");
+    assert!(TcpStream::connect(server.addr).is_err());
 }

@@ -50,6 +50,8 @@ struct AppState {
     limits: Limits,
     queries: Arc<Semaphore>,
     closing: AtomicBool,
+    /// Set when a stop has waited long enough: every running query is then cancelled.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 type Shared = Arc<AppState>;
@@ -75,6 +77,7 @@ pub async fn serve(
         limits: config.limits,
         queries: Arc::new(Semaphore::new(config.limits.concurrent)),
         closing: AtomicBool::new(false),
+        stop: tokio::sync::watch::channel(false).0,
     });
     let app = router(state.clone());
     // Stores are looked at for new segments (a capture closing them) every half second.
@@ -99,8 +102,11 @@ pub async fn serve(
     log(&json!({ "event": "listening", "addr": local.to_string(), "tls": tls.is_some(),
                  "sources": service.names() }));
     let graceful = GracefulShutdown::new();
+    // The connections' tasks, so that a stop that has waited long enough can end them.
+    let mut connections = tokio::task::JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        while connections.try_join_next().is_some() {}
         let (tcp, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -113,7 +119,7 @@ pub async fn serve(
         let app = app.clone();
         let tls = tls.clone();
         let watch = graceful.watcher();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
             match tls {
                 Some(acceptor) => {
@@ -142,11 +148,20 @@ pub async fn serve(
     state.closing.store(true, Ordering::SeqCst);
     log(&json!({ "event": "shutting down", "running": config.limits.concurrent - state.queries.available_permits() }));
     drop(listener);
-    graceful.shutdown().await;
-    // Streams still running hold a permit each until their engine stops.
-    let _ = state.queries.acquire_many(config.limits.concurrent as u32).await;
+    // Running queries finish, for `drain` at most (a client that stopped reading would hold its query forever);
+    // then they are cancelled, and their streams end with an error.
+    let drained = tokio::time::timeout(config.drain, graceful.shutdown()).await.is_ok();
+    if !drained {
+        // Cancel the engines, and end the connections (an engine waiting for a client that stopped reading
+        // stops when its answer's stream is dropped).
+        state.stop.send_replace(true);
+        connections.abort_all();
+    }
+    // Answers still running hold a permit each until their engine stops.
+    let all = config.limits.concurrent as u32;
+    let stopped = tokio::time::timeout(Duration::from_secs(10), state.queries.acquire_many(all)).await.is_ok();
     watcher.abort();
-    log(&json!({ "event": "stopped" }));
+    log(&json!({ "event": "stopped", "drained": drained, "engines_stopped": stopped }));
     Ok(())
 }
 
@@ -456,15 +471,10 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    if let Some(secs) = state.limits.seconds {
-        let c = cancel.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(secs)).await;
-            c.cancel();
-        });
-    }
+    let watch = watch_cancel(&state, &cancel);
     let (source, who, peer) = (p.served.clone(), p.who.clone(), p.peer);
     tokio::task::spawn_blocking(move || {
+        let _watch = watch;
         let sink = TraceSink::to_writer(Box::new(writer), "the response", opts);
         let mut sink =
             ByteLimit { inner: sink, max_bytes: max_bytes.unwrap_or(u64::MAX), bytes: 0, packets: 0, reached: false };
@@ -520,11 +530,12 @@ async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
     };
     let cancel = Cancel::new();
     let req = p.req.clone().count_only(true).with_cancel(cancel.clone());
+    let watch = watch_cancel(&state, &cancel);
     // A client that goes away cancels the count too.
     let guard = CancelOnDrop(cancel);
     let source = p.served.clone();
     let result = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+        let (_permit, _watch) = (permit, watch);
         source.run(&req, &mut Counter::default())
     })
     .await;
@@ -552,6 +563,28 @@ async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
         }
         Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "the count failed", Value::Null),
     }
+}
+
+/// Cancels a query when its time (`--max-seconds`) is up or when a stop has waited long enough; the watch ends
+/// when the returned guard is dropped (the query is over).
+#[must_use]
+fn watch_cancel(state: &AppState, cancel: &Cancel) -> tokio::sync::oneshot::Sender<()> {
+    let (c, secs, mut stop) = (cancel.clone(), state.limits.seconds, state.stop.subscribe());
+    let (guard, over) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let deadline = async {
+            match secs {
+                Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = deadline => c.cancel(),
+            _ = stop.wait_for(|&v| v) => c.cancel(),
+            _ = over => {}
+        }
+    });
+    guard
 }
 
 /// Sets a cancel flag when dropped (a handler future dropped because its client went away).
@@ -619,10 +652,11 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
         Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "listing flows failed", Value::Null),
     };
     let cancel = Cancel::new();
+    let watch = watch_cancel(&state, &cancel);
     let (stream, writer, tx, sent) = body::channel(cancel.clone());
     let (who, peer, n) = (p.who.clone(), p.peer, records.len() as u64);
     tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+        let (_permit, _watch) = (permit, watch);
         let mut w = std::io::BufWriter::with_capacity(64 << 10, writer);
         let mut outcome = "ok".to_string();
         for r in &records {

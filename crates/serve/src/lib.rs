@@ -46,6 +46,8 @@ pub struct Config {
     pub tokens: Option<PathBuf>,
     /// Limits on requests and answers.
     pub limits: Limits,
+    /// How long a stop waits for running queries before it cancels them.
+    pub drain: std::time::Duration,
 }
 
 /// Limits on what one request may ask and on how many run at once.
@@ -176,6 +178,7 @@ mod tests {
             tls: None,
             tokens: None,
             limits: Limits::default(),
+            drain: std::time::Duration::from_secs(30),
         }
     }
 

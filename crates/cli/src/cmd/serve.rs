@@ -49,6 +49,9 @@ pub(crate) struct Args {
     /// Seconds one query may run before it is cancelled.
     #[arg(long, value_name = "SECONDS")]
     max_seconds: Option<u64>,
+    /// On SIGTERM or SIGINT, seconds to let running queries finish before cancelling them.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    drain_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,6 +102,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             bytes: args.max_bytes,
             seconds: args.max_seconds,
         },
+        drain: std::time::Duration::from_secs(args.drain_seconds),
     };
     config.check()?;
     let service = Arc::new(Service::open(&config.sources)?);
