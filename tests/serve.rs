@@ -524,3 +524,22 @@ fn sigterm_lets_queries_finish_then_cancels_a_stalled_one() {
     assert!(first.len() + rest.len() < whole, "the stalled answer was sent whole");
     assert!(TcpStream::connect(server.addr).is_err());
 }
+
+#[test]
+fn a_query_past_its_time_ends_its_stream_with_an_error() {
+    let dir = TempDir::new("serve-time");
+    let trace = generated(&dir, "big.pcap", 100_000, 14);
+    let server = Server::start(&[p(&trace), "--max-seconds", "1"]);
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(&request_bytes("POST", "/v1/query", &[], b"{}", true)).unwrap();
+    let mut raw = vec![0u8; 64 << 10];
+    s.read_exact(&mut raw).unwrap();
+    // The client waits past the limit, then reads the rest: the answer is cut short, not complete.
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = s.read_to_end(&mut raw);
+    let r = pcaptool_tests::http::read_response(&mut std::io::Cursor::new(&raw), &mut std::io::sink()).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(!r.complete, "a cancelled answer ended as a complete one ({} bytes)", r.body_len);
+    let line = server.wait_for("/v1/query", |l| l["status"] == 200);
+    assert_eq!(line["outcome"], "cancelled");
+}

@@ -4,15 +4,15 @@
 
 use std::io::{self, Write};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::Frame;
-use pcaptool_engine::{Cancel, Layout, Positional, Sink, SinkError};
+use pcaptool_engine::{Cancel, Error as EngineError, Layout, Positional, Sink, SinkError};
 use pcaptool_packet::{Interface, Record};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Pieces of an answer in flight at most: with the engine's 1 MiB write buffer, about 5 MiB a query.
 pub(crate) const IN_FLIGHT: usize = 4;
@@ -54,11 +54,35 @@ impl Drop for Stream {
     }
 }
 
+/// Told once whether an answer starts (its first byte is written: `None`) or fails before it (`Some`), so that
+/// a failure before any byte gets its own status instead of a stream that breaks.
+#[derive(Debug)]
+pub(crate) struct First(Mutex<Option<oneshot::Sender<Option<EngineError>>>>);
+
+impl First {
+    pub(crate) fn new() -> (Arc<First>, oneshot::Receiver<Option<EngineError>>) {
+        let (tx, rx) = oneshot::channel();
+        (Arc::new(First(Mutex::new(Some(tx)))), rx)
+    }
+
+    /// Whether it was told.
+    pub(crate) fn fired(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Tells it, the first time only; true if this was the first time.
+    pub(crate) fn fire(&self, failure: Option<EngineError>) -> bool {
+        let tx = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        tx.map(|tx| tx.send(failure)).is_some()
+    }
+}
+
 /// The engine's side: bytes written go to the body, blocking while the channel is full.
 #[derive(Debug)]
 pub(crate) struct Writer {
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
     sent: Arc<AtomicU64>,
+    first: Arc<First>,
 }
 
 impl Write for Writer {
@@ -66,6 +90,7 @@ impl Write for Writer {
         if buf.is_empty() {
             return Ok(0);
         }
+        self.first.fire(None);
         self.tx
             .blocking_send(Ok(Bytes::copy_from_slice(buf)))
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))?;
@@ -78,11 +103,15 @@ impl Write for Writer {
     }
 }
 
-/// A body and the writer that feeds it, and how many bytes went out.
-pub(crate) fn channel(cancel: Cancel) -> (Stream, Writer, mpsc::Sender<Result<Bytes, io::Error>>, Arc<AtomicU64>) {
+/// A body, the writer that feeds it, the sender for a failure after its start, and how many bytes went out;
+/// `first` hears of the first byte.
+pub(crate) fn channel(
+    cancel: Cancel,
+    first: Arc<First>,
+) -> (Stream, Writer, mpsc::Sender<Result<Bytes, io::Error>>, Arc<AtomicU64>) {
     let (tx, rx) = mpsc::channel(IN_FLIGHT);
     let sent = Arc::new(AtomicU64::new(0));
-    (Stream { rx, cancel, ended: false }, Writer { tx: tx.clone(), sent: sent.clone() }, tx, sent)
+    (Stream { rx, cancel, ended: false }, Writer { tx: tx.clone(), sent: sent.clone(), first }, tx, sent)
 }
 
 /// A sink that passes records on until their captured bytes would pass `max_bytes`, then stops the answer (a

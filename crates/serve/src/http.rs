@@ -447,21 +447,13 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
             return r;
         }
     };
-    // Plan first: a filter meaningless for the source's link types, or a flow it lacks, is a 400 before any byte.
     let cancel = Cancel::new();
     let mut req = p.req.clone().with_cancel(cancel.clone());
-    let (source, r2) = (p.served.clone(), req.clone());
-    match tokio::task::spawn_blocking(move || source.plan(&r2)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            let r = engine_error(&e);
-            log_request(p.peer, &p.who, "/v1/query", &asked, r.status().as_u16(), None, None, started, &chain(&e));
-            return r;
-        }
-        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the query's planning failed", Value::Null),
-    }
     req.count_only = false;
-    let (stream, writer, tx, sent) = body::channel(cancel.clone());
+    // The response waits for the answer's first byte (a needle's answer is then whole), so that a failure before
+    // it (a filter meaningless for a link type of the source, a flow it lacks) gets its own status.
+    let (first, started_rx) = body::First::new();
+    let (stream, writer, tx, sent) = body::channel(cancel.clone(), first.clone());
     let mut opts = WriteOptions::new();
     let pcapng = p.body.format.as_deref() == Some("pcapng");
     if pcapng {
@@ -479,6 +471,17 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
         let mut sink =
             ByteLimit { inner: sink, max_bytes: max_bytes.unwrap_or(u64::MAX), bytes: 0, packets: 0, reached: false };
         let result = source.run(&req, &mut sink);
+        // Failed before its first byte: the handler answers with the error's own status.
+        if !first.fired()
+            && let Err(e) = result.as_ref()
+            && !matches!(e, EngineError::Cancelled)
+            && !e.is_broken_pipe()
+        {
+            let (status, m) = (engine_error(e).status().as_u16(), chain(e));
+            first.fire(result.err());
+            log_request(peer, &who, "/v1/query", &asked, status, None, None, started, &m);
+            return;
+        }
         let outcome = match &result {
             Ok(o) if o.damage.is_some() => {
                 let e = o.damage.as_ref().map(|d| d.to_string()).unwrap_or_default();
@@ -487,7 +490,11 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
             }
             Ok(_) if sink.reached => "ok (max_bytes reached)".to_string(),
             Ok(_) => "ok".to_string(),
-            Err(EngineError::Cancelled) => "cancelled".to_string(),
+            Err(EngineError::Cancelled) => {
+                // (Its time was up, or a stop waited long enough: the stream must not end as a whole answer.)
+                let _ = tx.blocking_send(Err(std::io::Error::other("the query was cancelled")));
+                "cancelled".to_string()
+            }
             Err(e) if e.is_broken_pipe() => "cancelled (the client went away)".to_string(),
             Err(e) => {
                 let m = chain(e);
@@ -495,6 +502,7 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
                 m
             }
         };
+        first.fire(None);
         drop(tx);
         let bytes = sent.load(Ordering::Relaxed);
         log_request(peer, &who, "/v1/query", &asked, 200, Some(sink.packets), Some(bytes), started, &outcome);
@@ -509,7 +517,11 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
     if let Some(n) = max_bytes {
         headers.insert("pcaptool-limit-bytes", HeaderValue::from(n));
     }
-    (StatusCode::OK, headers, Body::new(stream)).into_response()
+    match started_rx.await {
+        Ok(None) => (StatusCode::OK, headers, Body::new(stream)).into_response(),
+        Ok(Some(e)) => engine_error(&e),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "the query ended without an answer", Value::Null),
+    }
 }
 
 /// `POST /v1/count`: the number of matching packets, as JSON.
@@ -653,7 +665,7 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
     };
     let cancel = Cancel::new();
     let watch = watch_cancel(&state, &cancel);
-    let (stream, writer, tx, sent) = body::channel(cancel.clone());
+    let (stream, writer, tx, sent) = body::channel(cancel.clone(), body::First::new().0);
     let (who, peer, n) = (p.who.clone(), p.peer, records.len() as u64);
     tokio::task::spawn_blocking(move || {
         let (_permit, _watch) = (permit, watch);
