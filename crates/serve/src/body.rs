@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use pcaptool_engine::{Cancel, Error as EngineError, Layout, Positional, Sink, SinkError};
 use pcaptool_packet::{Interface, Record};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
 /// Pieces of an answer in flight at most: with the engine's 1 MiB write buffer, about 5 MiB a query.
 pub(crate) const IN_FLIGHT: usize = 4;
@@ -55,24 +55,30 @@ impl Drop for Stream {
 }
 
 /// Told once whether an answer starts (its first byte is written: `None`) or fails before it (`Some`), so that
-/// a failure before any byte gets its own status instead of a stream that breaks.
+/// a failure before any byte gets its own status instead of a stream that breaks. It also holds the answer's
+/// turn to run (see `exec` in the HTTP side) until then: a needle's answer is whole by its first byte, and a
+/// stream that waits for its client must not keep other queries from running.
 #[derive(Debug)]
-pub(crate) struct First(Mutex<Option<oneshot::Sender<Option<EngineError>>>>);
+pub(crate) struct First {
+    tx: Mutex<Option<oneshot::Sender<Option<EngineError>>>>,
+    turn: Mutex<Option<OwnedSemaphorePermit>>,
+}
 
 impl First {
-    pub(crate) fn new() -> (Arc<First>, oneshot::Receiver<Option<EngineError>>) {
+    pub(crate) fn new(turn: Option<OwnedSemaphorePermit>) -> (Arc<First>, oneshot::Receiver<Option<EngineError>>) {
         let (tx, rx) = oneshot::channel();
-        (Arc::new(First(Mutex::new(Some(tx)))), rx)
+        (Arc::new(First { tx: Mutex::new(Some(tx)), turn: Mutex::new(turn) }), rx)
     }
 
     /// Whether it was told.
     pub(crate) fn fired(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 
-    /// Tells it, the first time only; true if this was the first time.
+    /// Tells it, the first time only (and gives the turn back); true if this was the first time.
     pub(crate) fn fire(&self, failure: Option<EngineError>) -> bool {
-        let tx = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(self.turn.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
         tx.map(|tx| tx.send(failure)).is_some()
     }
 }

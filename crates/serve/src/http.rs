@@ -49,6 +49,9 @@ struct AppState {
     tokens: Option<Tokens>,
     limits: Limits,
     queries: Arc<Semaphore>,
+    /// Turns to run the engine, as many as processors, given in the order asked: concurrent queries then wait
+    /// their turn instead of all sharing the processors (which let some wait seconds under 64 clients).
+    exec: Arc<Semaphore>,
     closing: AtomicBool,
     /// Set when a stop has waited long enough: every running query is then cancelled.
     stop: tokio::sync::watch::Sender<bool>,
@@ -76,6 +79,7 @@ pub async fn serve(
         tokens,
         limits: config.limits,
         queries: Arc::new(Semaphore::new(config.limits.concurrent)),
+        exec: Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(1, usize::from))),
         closing: AtomicBool::new(false),
         stop: tokio::sync::watch::channel(false).0,
     });
@@ -452,7 +456,10 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
     req.count_only = false;
     // The response waits for the answer's first byte (a needle's answer is then whole), so that a failure before
     // it (a filter meaningless for a link type of the source, a flow it lacks) gets its own status.
-    let (first, started_rx) = body::First::new();
+    let Ok(turn) = state.exec.clone().acquire_owned().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the service is shutting down", Value::Null);
+    };
+    let (first, started_rx) = body::First::new(Some(turn));
     let (stream, writer, tx, sent) = body::channel(cancel.clone(), first.clone());
     let mut opts = WriteOptions::new();
     let pcapng = p.body.format.as_deref() == Some("pcapng");
@@ -546,8 +553,11 @@ async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
     // A client that goes away cancels the count too.
     let guard = CancelOnDrop(cancel);
     let source = p.served.clone();
+    let Ok(turn) = state.exec.clone().acquire_owned().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the service is shutting down", Value::Null);
+    };
     let result = tokio::task::spawn_blocking(move || {
-        let (_permit, _watch) = (permit, watch);
+        let (_permit, _watch, _turn) = (permit, watch, turn);
         source.run(&req, &mut Counter::default())
     })
     .await;
@@ -665,7 +675,7 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
     };
     let cancel = Cancel::new();
     let watch = watch_cancel(&state, &cancel);
-    let (stream, writer, tx, sent) = body::channel(cancel.clone(), body::First::new().0);
+    let (stream, writer, tx, sent) = body::channel(cancel.clone(), body::First::new(None).0);
     let (who, peer, n) = (p.who.clone(), p.peer, records.len() as u64);
     tokio::task::spawn_blocking(move || {
         let (_permit, _watch) = (permit, watch);
