@@ -421,6 +421,23 @@ fn extensions(req: &HttpRequest) -> (Option<Who>, Option<Peer>) {
     (req.extensions().get::<Who>().cloned(), req.extensions().get::<Peer>().cloned())
 }
 
+/// A query's request prepared (see [`prepare`]) and its place among the queries running taken, or the refusal,
+/// logged: what `/v1/query`, `/v1/count` and `/v1/flows` begin with.
+async fn admitted(
+    state: &AppState,
+    req: HttpRequest,
+    path: &str,
+    started: Instant,
+) -> Result<(Prepared, Asked, tokio::sync::OwnedSemaphorePermit), Response> {
+    let (who, peer) = extensions(&req);
+    let p = prepared(state, who, peer, req, path, started).await?;
+    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
+    let permit = permit(state).inspect_err(|_| {
+        log_request(p.peer, &p.who, path, &asked, 429, None, None, started, "too many queries");
+    })?;
+    Ok((p, asked, permit))
+}
+
 /// A permit to run a query, or 429.
 fn permit(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
     state.queries.clone().try_acquire_owned().map_err(|_| {
@@ -438,18 +455,9 @@ fn permit(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, Respons
 /// `POST /v1/query`: the matching packets as a pcap (or pcapng) stream.
 async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
     let started = Instant::now();
-    let (who, peer) = extensions(&req);
-    let p = match prepared(&state, who, peer, req, "/v1/query", started).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
-    let permit = match permit(&state) {
+    let (p, asked, permit) = match admitted(&state, req, "/v1/query", started).await {
         Ok(x) => x,
-        Err(r) => {
-            log_request(p.peer, &p.who, "/v1/query", &asked, 429, None, None, started, "too many queries");
-            return r;
-        }
+        Err(r) => return r,
     };
     let cancel = Cancel::new();
     let mut req = p.req.clone().with_cancel(cancel.clone());
@@ -534,18 +542,9 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
 /// `POST /v1/count`: the number of matching packets, as JSON.
 async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
     let started = Instant::now();
-    let (who, peer) = extensions(&req);
-    let p = match prepared(&state, who, peer, req, "/v1/count", started).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
-    let permit = match permit(&state) {
+    let (p, asked, permit) = match admitted(&state, req, "/v1/count", started).await {
         Ok(x) => x,
-        Err(r) => {
-            log_request(p.peer, &p.who, "/v1/count", &asked, 429, None, None, started, "too many queries");
-            return r;
-        }
+        Err(r) => return r,
     };
     let cancel = Cancel::new();
     let req = p.req.clone().count_only(true).with_cancel(cancel.clone());
@@ -650,18 +649,9 @@ async fn explain(State(state): State<Shared>, req: HttpRequest) -> Response {
 /// written as they are formatted.
 async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
     let started = Instant::now();
-    let (who, peer) = extensions(&req);
-    let p = match prepared(&state, who, peer, req, "/v1/flows", started).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    let asked = Asked { source: Some(p.name.clone()), filter: Some(p.body.filter.clone()) };
-    let permit = match permit(&state) {
+    let (p, asked, permit) = match admitted(&state, req, "/v1/flows", started).await {
         Ok(x) => x,
-        Err(r) => {
-            log_request(p.peer, &p.who, "/v1/flows", &asked, 429, None, None, started, "too many queries");
-            return r;
-        }
+        Err(r) => return r,
     };
     let (source, req) = (p.served.clone(), p.req.clone());
     let records = match tokio::task::spawn_blocking(move || source.flows(&req)).await {
