@@ -1,31 +1,16 @@
 //! A request's cancel flag stops every kind of answer: a scan, an index's chunk scan, candidates read through the
 //! index, a piped scan into a file, and a store.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::Dir;
 use pcaptool_engine::{Cancel, Error, FnSink, OpenOptions, Request, Source, TraceSink, WriteOptions};
 use pcaptool_flowstore::{ImportOptions, Store};
 use pcaptool_packet::{Interface, LinkType, PcapWriter, Record, TsPrecision};
 
 const PACKETS: u32 = 100_000;
-
-/// A temporary directory, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("engine-cancel-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// UDP packets of 40 flows, one every microsecond.
 fn trace(dir: &Path) -> PathBuf {
@@ -69,7 +54,7 @@ fn cancelled_at_first_record(source: &Source, filter: &str) {
 
 #[test]
 fn a_cancelled_request_stops_a_scan_and_every_indexed_path() {
-    let dir = Dir::new("trace");
+    let dir = Dir::new("cancel-trace");
     let t = trace(&dir.0);
     let scan = Source::open_with(&t, &OpenOptions::new().use_index(false)).unwrap();
     cancelled_at_first_record(&scan, "udp");
@@ -90,7 +75,7 @@ fn a_cancelled_request_stops_a_scan_and_every_indexed_path() {
 
 #[test]
 fn a_cancelled_request_stops_a_store_answer() {
-    let dir = Dir::new("store");
+    let dir = Dir::new("cancel-store");
     let t = trace(&dir.0);
     let store = dir.0.join("store");
     Store::create(&store).unwrap().import(&t, &ImportOptions::default(), &mut |_| ()).unwrap();

@@ -2,29 +2,15 @@
 //! order, the same pcap bytes, counts and limits; a failing part fails the answer or, with `partial`, is named
 //! and left out.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 
+use common::Dir;
 use pcaptool_engine::{Cancel, Error, FnSink, OpenOptions, Request, Source, SourceKind, TraceSink, WriteOptions};
 use pcaptool_flowstore::{ImportOptions, Store};
 use pcaptool_packet::{Interface, LinkType, PcapWriter, Record, TsPrecision};
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("engine-merge-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Packet `i`: UDP or TCP between 40 hosts and a server, one every 1,000 ns plus a jitter.
 fn packet(i: u32) -> (u64, Vec<u8>) {
@@ -90,7 +76,7 @@ fn parts(dir: &Dir) -> (Source, Vec<(String, Arc<Source>)>) {
 
 #[test]
 fn a_merged_source_answers_as_the_whole_trace() {
-    let dir = Dir::new("whole");
+    let dir = Dir::new("merge-whole");
     let (whole, parts) = parts(&dir);
     let merged = Source::merged(parts, false);
     assert_eq!(merged.kind(), SourceKind::Merged);
@@ -118,7 +104,7 @@ fn a_merged_source_answers_as_the_whole_trace() {
 
 #[test]
 fn a_failing_part_fails_the_answer_unless_partial() {
-    let dir = Dir::new("failing");
+    let dir = Dir::new("merge-failing");
     let (_, mut parts) = parts(&dir);
     // A raw-IP trace: `ether host` means nothing there, as tcpdump says.
     let raw = dir.0.join("raw.pcap");
@@ -150,7 +136,7 @@ fn a_failing_part_fails_the_answer_unless_partial() {
 
 #[test]
 fn a_cancelled_merged_answer_stops() {
-    let dir = Dir::new("cancel");
+    let dir = Dir::new("merge-cancel");
     let (_, parts) = parts(&dir);
     let merged = Source::merged(parts, false);
     let cancel = Cancel::new();
