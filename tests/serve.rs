@@ -406,6 +406,40 @@ fn tls_with_client_certificates_and_tokens_checked_with_curl() {
     assert!(code != 0);
     let ok = server.wait_for("/v1/query", |l| l["status"] == 200);
     assert!(ok["who"].as_str().unwrap().starts_with("ci (cert:"), "{ok}");
+
+    // pcaptool query as the client: the same bytes; each credential missing or wrong is refused, and said so.
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let wrong_token = dir.join("wrong-token");
+    std::fs::write(&wrong_token, "not-the-token\n").unwrap();
+    let sensor = format!("https://localhost:{}", server.addr.port());
+    let remote = dir.join("remote.pcap");
+    let ask = |extra: &[&str]| {
+        let _ = std::fs::remove_file(&remote);
+        let args =
+            [&["query", &sensor, "tcp port 80", "-w", p(&remote), "--ca-cert", p(&server_ca)][..], extra].concat();
+        let out = pcaptool(&args);
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let me = ["--client-cert", p(&good), "--client-key", p(&good_key)];
+    let (ok, err) = ask(&[&me[..], &["--token-file", p(&token_file)]].concat());
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&remote).unwrap() == want, "the remote answer differs from the CLI's");
+    let (ok, err) = ask(&[&me[..], &["--token-file", p(&wrong_token)]].concat());
+    assert!(!ok && err.contains("refused with 401"), "{err}");
+    let (ok, err) = ask(&me);
+    assert!(!ok && err.contains("refused with 401"), "{err}");
+    let (ok, err) = ask(&["--token-file", p(&token_file)]);
+    assert!(!ok && err.contains("certificate"), "{err}");
+    let (ok, err) =
+        ask(&["--token-file", p(&token_file), "--client-cert", p(&expired), "--client-key", p(&expired_key)]);
+    assert!(!ok, "an expired client certificate was accepted: {err}");
+    // A server whose certificate the client's authorities did not sign.
+    let out =
+        pcaptool(&["query", &sensor, "tcp", "--count", "--ca-cert", p(&client_ca), "--token-file", p(&token_file)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("TLS") && err.contains("certificate"), "{err}");
+    assert!(!std::fs::exists(&remote).unwrap(), "a refused query left an output file");
 }
 
 #[test]
@@ -434,14 +468,12 @@ fn flows_are_listed_as_pcaptool_flows_lists_them() {
     assert_eq!(http(server.addr, "GET", "/v1/flows?source=st&path=/etc", &[], b"").status, 400);
 }
 
-#[test]
-fn several_sources_are_answered_as_their_merged_trace() {
+/// A generated trace split in three parts (packet i in part i mod 3), and the whole merged again by time, ties in
+/// part order (as mergecap would): the reference a merged answer must equal. The second part is indexed.
+fn three_parts(dir: &TempDir, seed: u64) -> (PathBuf, Vec<PathBuf>) {
     use pcaptool_packet::{LinkType, PcapWriter, Records, TsPrecision};
-    let dir = TempDir::new("serve-merged");
-    let trace = generated(&dir, "g.pcap", 20_000, 12);
+    let trace = generated(dir, "g.pcap", 20_000, seed);
     let bytes = std::fs::read(&trace).unwrap();
-    // Three parts (packet i in part i mod 3), and the whole merged again by time, ties in part order (as
-    // mergecap would): the reference the service's merged answer must equal.
     let recs: Vec<(u64, u32, Vec<u8>)> =
         Records::new(&bytes).map(|r| r.unwrap()).map(|r| (r.ts_ns, r.wirelen, r.data.to_vec())).collect();
     let mut tagged: Vec<(u64, usize, usize)> = recs.iter().enumerate().map(|(i, r)| (r.0, i % 3, i)).collect();
@@ -462,6 +494,13 @@ fn several_sources_are_answered_as_their_merged_trace() {
         names.push(p);
     }
     assert!(pcaptool(&["index", p(&names[1])]).status.success());
+    (whole, names)
+}
+
+#[test]
+fn several_sources_are_answered_as_their_merged_trace() {
+    let dir = TempDir::new("serve-merged");
+    let (whole, names) = three_parts(&dir, 12);
     let server = Server::start(&[p(&names[0]), p(&names[1]), p(&names[2])]);
     let out = dir.join("cli.pcap");
     let (mut same, mut packets) = (0, 0);
@@ -490,6 +529,74 @@ fn several_sources_are_answered_as_their_merged_trace() {
     assert!(!plan.to_string().contains(p(&dir.join(""))), "a path is shown: {plan}");
     println!("serve: three sources merged: {same} answers byte-identical to the merged trace's ({packets} packets)");
     assert!(same > 50 && packets > 0);
+}
+
+#[test]
+fn a_fan_out_over_three_services_equals_a_query_over_the_merged_trace() {
+    let dir = TempDir::new("serve-fanout");
+    let (whole, names) = three_parts(&dir, 14);
+    let mut servers: Vec<Server> = names.iter().map(|n| Server::start(&[p(n)])).collect();
+    let urls: Vec<String> = servers.iter().map(|s| format!("http://127.0.0.1:{}", s.addr.port())).collect();
+    let all = urls.join(",");
+    let (fan, local) = (dir.join("fan.pcap"), dir.join("local.pcap"));
+    let (mut same, mut packets) = (0, 0);
+    for filter in filter_table().into_iter().step_by(4) {
+        let _ = std::fs::remove_file(&fan);
+        let _ = std::fs::remove_file(&local);
+        let want = pcaptool(&["query", p(&whole), "-w", p(&local), "--", &filter]);
+        let got = pcaptool(&["query", &all, "-w", p(&fan), "--", &filter]);
+        assert_eq!(got.status.success(), want.status.success(), "`{filter}`: {}", String::from_utf8_lossy(&got.stderr));
+        if !want.status.success() {
+            continue;
+        }
+        assert!(
+            std::fs::read(&fan).unwrap() == std::fs::read(&local).unwrap(),
+            "`{filter}`: the sensors' merged answer differs from the merged trace's"
+        );
+        packets += pcaptool_tests::records_us(&fan).len();
+        same += 1;
+    }
+    println!("remote: three services merged: {same} answers byte-identical to the merged trace's ({packets} packets)");
+    assert!(same > 50 && packets > 0);
+
+    // Counting, explaining, a limit, and a file of sensors naming them.
+    let count = |source: &str, extra: &[&str]| {
+        let out = pcaptool(&[&["query", source, "udp", "--count"][..], extra].concat());
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (_, whole_udp, _) = count(p(&whole), &[]);
+    assert_eq!(count(&all, &[]).1, whole_udp);
+    let sensors = dir.join("sensors");
+    std::fs::write(&sensors, format!("# three sensors\neast {}\nwest {}\nsouth {}\n", urls[0], urls[1], urls[2]))
+        .unwrap();
+    assert_eq!(count(&format!("@{}", p(&sensors)), &[]).1, whole_udp);
+    let explain = pcaptool(&["query", &all, "udp", "--explain", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&explain.stdout).unwrap();
+    assert_eq!((plan["strategy"].as_str(), plan["parts"].as_array().map(Vec::len)), (Some("merge"), Some(3)));
+    assert_eq!(plan["parts"][1]["parts"][0]["kind"], "indexed_trace", "{plan}");
+    let limited = dir.join("limited.pcap");
+    assert!(pcaptool(&["query", &all, "tcp", "--limit", "7", "-w", p(&limited)]).status.success());
+    let _ = std::fs::remove_file(&local);
+    assert!(pcaptool(&["query", p(&whole), "tcp", "--limit", "7", "-w", p(&local)]).status.success());
+    assert!(std::fs::read(&limited).unwrap() == std::fs::read(&local).unwrap());
+
+    // A sensor that is gone: named, and the query fails; with --partial, the others answer (exit status 3).
+    drop(servers.remove(1));
+    let (code, _, err) = count(&format!("@{}", p(&sensors)), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with("pcaptool: error: west: cannot connect to 127.0.0.1:"), "{err}");
+    let (code, n, err) = count(&format!("@{}", p(&sensors)), &["--partial"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("left out west: cannot connect"), "{err}");
+    let part = |k: usize| count(p(&names[k]), &[]).1.parse::<u64>().unwrap();
+    assert_eq!(n.parse::<u64>().unwrap(), part(0) + part(2));
+    // A bad filter is refused before any sensor is asked, as for a local trace.
+    let out = pcaptool(&["query", &all, "tcp prt 80", "--count"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("invalid filter"));
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
     outln!("parsed:    {}", plan.parsed);
     outln!("indexable: {}", plan.index_condition);
     outln!("plan:      {}", plan.plan);
+    parts(plan, 0)?;
     if plan.exact && plan.index.is_some() {
         outln!(
             "count:     exact condition: --count takes matches from the index, reading only packets it cannot decide"
@@ -67,6 +68,15 @@ pub(crate) fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
         for line in &lt.program {
             outln!("  {line}");
         }
+    }
+    Ok(())
+}
+
+/// The plans of a merged or remote source's parts, a line each (nested parts indented).
+fn parts(plan: &Plan, depth: usize) -> anyhow::Result<()> {
+    for p in &plan.parts {
+        outln!("part:      {:depth$}{}: {}", "", p.source, p.plan, depth = depth * 2);
+        parts(p, depth + 1)?;
     }
     Ok(())
 }

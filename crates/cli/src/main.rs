@@ -15,6 +15,7 @@ mod args;
 mod cmd;
 mod explain;
 mod progress;
+mod sources;
 
 use std::io;
 use std::process::ExitCode;

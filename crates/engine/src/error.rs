@@ -132,6 +132,15 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A remote source failed: it could not be reached, refused the request or broke off its answer.
+    #[error("{name}")]
+    Remote {
+        /// The remote source's name (its address).
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// No part of a merged source could answer.
     #[error("no source could answer")]
     NoParts,

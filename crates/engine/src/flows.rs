@@ -2,10 +2,10 @@
 //! `GET /v1/flows` give them.
 
 use pcaptool_flowstore::Flow;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One flow of a flow store, with Zeek's conn.log field names; times as `SECONDS.NANOSECONDS`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct FlowRecord {
     /// The flow's id in its store (`Request::flow`).
@@ -27,7 +27,7 @@ pub struct FlowRecord {
     /// VLAN id (0: none).
     pub vlan: u16,
     /// Zeek's connection state.
-    pub conn_state: &'static str,
+    pub conn_state: String,
     /// Originator's packets, wire bytes and transport payload bytes.
     pub orig_pkts: u64,
     /// See `orig_pkts`.
@@ -45,7 +45,7 @@ pub struct FlowRecord {
     /// OR of the responder's TCP flags.
     pub resp_flags: u8,
     /// The store the flow is from, among the parts of a merged source (ids are per store).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
 }
 
@@ -67,7 +67,7 @@ impl From<&Flow> for FlowRecord {
             resp_p: rp,
             proto: f.key.proto.0,
             vlan: f.key.vlan,
-            conn_state: f.state.name(),
+            conn_state: f.state.name().to_string(),
             orig_pkts: f.orig.packets,
             orig_bytes: f.orig.bytes,
             orig_payload: f.orig.payload,

@@ -85,6 +85,7 @@ mod matchers;
 mod merge;
 mod plan;
 mod positional;
+mod remote;
 mod request;
 mod sink;
 mod source;
@@ -96,6 +97,7 @@ pub use flows::FlowRecord;
 pub use matchers::{snap_for, snapshot};
 pub use plan::{DamagedPlan, IndexPlan, LinkTypePlan, Plan, StorePlan, Strategy};
 pub use positional::Positional;
+pub use remote::Remote;
 pub use request::{Cancel, Outcome, Progress, Request};
 pub use sink::{
     ChannelSink, Container, Counter, FnSink, Layout, NativeFormat, OwnedRecord, Sink, TraceSink, WriteOptions,

@@ -116,7 +116,7 @@ impl Merged {
                     plans.push(p);
                 }
                 Err(e) if self.partial => drop(e),
-                Err(e) => return Err(Error::Part { name: name.clone(), source: Box::new(e) }),
+                Err(e) => return Err(part_error(name.clone(), e)),
             }
         }
         let Some(first) = plans.first().cloned() else {
@@ -145,7 +145,7 @@ impl Merged {
                 // A trace has no flow table: the stores' flows are the answer.
                 Err(Error::FlowNeedsStore { .. }) => {}
                 Err(_) if self.partial => {}
-                Err(e) => return Err(Error::Part { name: name.clone(), source: Box::new(e) }),
+                Err(e) => return Err(part_error(name.clone(), e)),
             }
         }
         Ok(all)
@@ -179,10 +179,17 @@ impl Merged {
         });
         if !failed.is_empty() && !self.partial {
             let (name, source) = failed.swap_remove(0);
-            return Err(Error::Part { name, source: Box::new(source) });
+            return Err(part_error(name, source));
         }
         let mut out = result?;
-        out.failed = failed.into_iter().map(|(n, e)| (n, chain(&e))).collect();
+        out.failed = failed
+            .into_iter()
+            .map(|(n, e)| match &e {
+                // A remote source's error begins with its name: said once.
+                Error::Remote { name, source } if *name == n => (n, chain(source.as_ref())),
+                _ => (n, chain(&e)),
+            })
+            .collect();
         Ok(out)
     }
 
@@ -338,6 +345,14 @@ impl Merged {
             sink.finish(&ifaces)?;
         }
         Ok(out)
+    }
+}
+
+/// A part's failure, naming it (a remote part's error names it already).
+fn part_error(name: String, e: Error) -> Error {
+    match e {
+        Error::Remote { name: n, source } if n == name => Error::Remote { name: n, source },
+        e => Error::Part { name, source: Box::new(e) },
     }
 }
 

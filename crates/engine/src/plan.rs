@@ -1,9 +1,9 @@
 //! The plan of an answer as data: what the engine will read and why, serialisable to JSON (`--explain`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How a request will be answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Strategy {
@@ -22,10 +22,12 @@ pub enum Strategy {
     Flow,
     /// Several sources answered in parallel, their matches merged by timestamp (each part's plan in `parts`).
     Merge,
+    /// Asked of a remote service, which answers with its own plan (in `parts`).
+    Remote,
 }
 
 /// What a plan reads of a trace's index.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct IndexPlan {
     /// The index file.
@@ -50,7 +52,7 @@ pub struct IndexPlan {
 }
 
 /// A damaged segment a store query meets.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DamagedPlan {
     /// Its number.
     pub segment: u32,
@@ -59,7 +61,7 @@ pub struct DamagedPlan {
 }
 
 /// What a plan reads of a flow store.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct StorePlan {
     /// Segments of the store.
@@ -81,7 +83,7 @@ pub struct StorePlan {
 }
 
 /// The tests a filter compiles to for one link type.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LinkTypePlan {
     /// The link type's number.
@@ -100,7 +102,7 @@ pub struct LinkTypePlan {
 
 /// How the engine will answer a request: the parsed filter, the condition an index or a store can answer, the
 /// strategy and its estimates, and the tests per link type.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Plan {
     /// The source's path.
@@ -126,6 +128,6 @@ pub struct Plan {
     /// The compiled tests per link type.
     pub link_types: Vec<LinkTypePlan>,
     /// The plan of each part of a merged source.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Plan>,
 }

@@ -1,8 +1,8 @@
 //! One source type over every kind of packet collection.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use crate::trace::TraceSource;
 use crate::{Error, Outcome, Progress, Request, Sink};
 
 /// The kind of a [`Source`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SourceKind {
@@ -25,6 +25,8 @@ pub enum SourceKind {
     Store,
     /// Several sources answered as one ([`Source::merged`]).
     Merged,
+    /// A source answered elsewhere ([`Source::remote`]).
+    Remote,
 }
 
 /// How to open a source.
@@ -78,6 +80,7 @@ enum Inner {
     Trace(Box<TraceSource>),
     Store(StoreSource),
     Merged(Merged),
+    Remote(Arc<dyn crate::Remote>, PathBuf),
 }
 
 impl Source {
@@ -107,12 +110,20 @@ impl Source {
         Source { inner: Inner::Merged(Merged::new(parts, partial)) }
     }
 
+    /// A source answered elsewhere (a `pcaptool serve` reached by `pcaptool_remote`): every request is sent to
+    /// it, and its answer taken as a local source's. Remote sources merge with others by [`Source::merged`].
+    pub fn remote(remote: Arc<dyn crate::Remote>) -> Source {
+        let name = PathBuf::from(remote.name());
+        Source { inner: Inner::Remote(remote, name) }
+    }
+
     /// What it is.
     pub fn kind(&self) -> SourceKind {
         match &self.inner {
             Inner::Trace(t) => t.kind(),
             Inner::Store(_) => SourceKind::Store,
             Inner::Merged(_) => SourceKind::Merged,
+            Inner::Remote(..) => SourceKind::Remote,
         }
     }
 
@@ -122,6 +133,7 @@ impl Source {
             Inner::Trace(t) => t.path(),
             Inner::Store(s) => s.store().dir(),
             Inner::Merged(m) => m.path(),
+            Inner::Remote(_, name) => name,
         }
     }
 
@@ -129,7 +141,7 @@ impl Source {
     pub fn store(&self) -> Option<&pcaptool_flowstore::Store> {
         match &self.inner {
             Inner::Store(s) => Some(s.store()),
-            Inner::Trace(_) | Inner::Merged(_) => None,
+            Inner::Trace(_) | Inner::Merged(_) | Inner::Remote(..) => None,
         }
     }
 
@@ -137,7 +149,7 @@ impl Source {
     pub fn index(&self) -> Option<&pcaptool_index::IndexFile> {
         match &self.inner {
             Inner::Trace(t) => t.index_file(),
-            Inner::Store(_) | Inner::Merged(_) => None,
+            Inner::Store(_) | Inner::Merged(_) | Inner::Remote(..) => None,
         }
     }
 
@@ -149,6 +161,7 @@ impl Source {
             Inner::Store(s) => s.flows(req),
             Inner::Trace(t) => Err(Error::FlowNeedsStore { path: t.path().to_path_buf() }),
             Inner::Merged(m) => m.flows(req),
+            Inner::Remote(r, _) => r.flows(req),
         }
     }
 
@@ -158,6 +171,19 @@ impl Source {
             Inner::Trace(t) => t.plan(req),
             Inner::Store(s) => s.plan(req),
             Inner::Merged(m) => m.plan(req),
+            Inner::Remote(r, name) => {
+                let theirs = r.plan(req)?;
+                Ok(Plan {
+                    source: name.display().to_string(),
+                    kind: SourceKind::Remote,
+                    strategy: crate::Strategy::Remote,
+                    plan: format!("asked of {}, which answers by its own plan", name.display()),
+                    index: None,
+                    store: None,
+                    parts: vec![theirs.clone()],
+                    ..theirs
+                })
+            }
         }
     }
 
@@ -177,6 +203,10 @@ impl Source {
             Inner::Trace(t) => t.run(req, sink, progress),
             Inner::Store(s) => s.run(req, sink),
             Inner::Merged(m) => m.run(req, sink),
+            Inner::Remote(r, _) => {
+                req.check()?;
+                r.run(req, sink)
+            }
         };
         if result.is_err() {
             // Whatever failed (the filter for a link type met on the way, a read, the output), the sink removes

@@ -16,8 +16,9 @@ use crate::cmd::{same_file, warn_skipped};
 /// Arguments of `pcaptool query`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The capture to search (pcap or pcapng, possibly compressed; `-` for standard input), or a flow store's
-    /// directory.
+    /// The capture to search (pcap or pcapng, possibly compressed; `-` for standard input), a flow store's
+    /// directory, a sensor's address (`https://HOST:PORT`, a `pcaptool serve`), `@FILE` for a file of sensors, or
+    /// several of these separated by commas (their answers merged by timestamp into one).
     source: PathBuf,
     /// The filter, in tcpdump's language (several words are joined with spaces, as tcpdump does; put it after
     /// `--` if it starts with '-').
@@ -67,6 +68,8 @@ pub(crate) struct Args {
     /// status 3 (by default a damaged segment fails the query).
     #[arg(long)]
     skip_damaged: bool,
+    #[command(flatten)]
+    remote: crate::sources::RemoteArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -94,7 +97,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     req.flow = args.flow;
     req.count_only = args.count && args.write.is_none();
     let opts = OpenOptions::new().use_index(!args.scan).skip_damaged(args.skip_damaged);
-    let source = Source::open_with(&args.source, &opts)?;
+    let source = crate::sources::open(&args.source, &opts, &args.remote)?;
     if args.explain {
         crate::explain::print(&source.plan(&req)?, args.json)?;
         return Ok(ExitCode::SUCCESS);
@@ -129,7 +132,11 @@ fn count_line(source: &Source, filter: &str, o: &Outcome, json: bool) -> String 
     if !json {
         return o.matched.to_string();
     }
-    let key = if source.kind() == SourceKind::Store { "store" } else { "trace" };
+    let key = match source.kind() {
+        SourceKind::Store => "store",
+        SourceKind::Trace | SourceKind::IndexedTrace => "trace",
+        _ => "source",
+    };
     let mut v = serde_json::json!({ key: source.path(), "filter": filter, "packets": o.packets, "matched": o.matched });
     if let Some(c) = o.candidates {
         v["index_candidates"] = c.into();
@@ -140,6 +147,9 @@ fn count_line(source: &Source, filter: &str, o: &Outcome, json: bool) -> String 
     if !o.skipped.is_empty() {
         v["skipped_segments"] = o.skipped.iter().map(|d| d.number).collect::<Vec<_>>().into();
     }
+    if !o.failed.is_empty() {
+        v["failed"] = o.failed.iter().map(|(name, why)| serde_json::json!({ "source": name, "error": why })).collect();
+    }
     v.to_string()
 }
 
@@ -149,5 +159,13 @@ pub(crate) fn finish(source: &Source, o: &Outcome) -> ExitCode {
         eprintln!("pcaptool: error: {}; the {} matching packets before it were kept", Chain(e), o.matched);
         return ExitCode::FAILURE;
     }
-    warn_skipped(source.path(), &o.skipped)
+    for (name, why) in &o.failed {
+        eprintln!("pcaptool: warning: left out {name}: {why}");
+    }
+    let code = warn_skipped(source.path(), &o.skipped);
+    if o.failed.is_empty() {
+        return code;
+    }
+    eprintln!("pcaptool: warning: the answer is from the sources that answered only ({} left out)", o.failed.len());
+    ExitCode::from(crate::cmd::EXIT_DAMAGED)
 }
