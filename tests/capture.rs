@@ -235,6 +235,70 @@ fn queries_during_capture_and_sigint() {
     assert_eq!(got.iter().map(|g| &g.1).collect::<Vec<_>>(), sent.iter().collect::<Vec<_>>());
 }
 
+/// `capture --serve`: the service in the same process answers from the segments closed so far while the capture
+/// runs, its `/v1/stats` shows the capture's counters, and SIGINT stops both cleanly.
+#[test]
+fn capture_serve_answers_from_closed_segments_while_capturing() {
+    let Some(pair) = pair("sv") else { return };
+    let curl = tool("curl").expect("curl (CI installs it)");
+    let tmp = TempDir::new("capture-serve");
+    let (trace, sent) = traffic(&tmp, 1500);
+    let store = tmp.join("store");
+    let (mut child, lines) =
+        start_capture(&pair, &pair.b, &pair.vb, &store, &["--flush-every", "1s", "--serve", "127.0.0.1:0"]);
+    let mut said: Vec<String> = Vec::new();
+    let mut addr = None;
+    while addr.is_none() {
+        let line =
+            lines.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("no listening line: {said:?}"));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["event"] == "listening" {
+            addr = v["addr"].as_str().map(str::to_string);
+        }
+        said.push(line);
+    }
+    let url = format!("http://{}", addr.unwrap());
+    // The service listens on the namespace's loopback: ask from inside it.
+    let in_ns = |program: &Path, args: &[&str]| run(pair.exec(&pair.b).arg(program).args(args));
+    replay(&pair, &trace, 3000);
+    let t = Instant::now();
+    let (mut count, mut stats) = (0, serde_json::Value::Null);
+    while t.elapsed() < Duration::from_secs(20) {
+        let o = in_ns(&pcaptool_bin(), &["query", &url, "", "--count"]);
+        count = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(0);
+        let o = in_ns(&curl, &["-sS", &format!("{url}/v1/stats")]);
+        stats = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if count == sent.len() && stats["capture"]["written"] == sent.len() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the capture ended early: {said:?}");
+    assert_eq!(count, sent.len(), "the service sees every packet of the closed segments during the capture");
+    assert_eq!(stats["capture"]["written"], sent.len(), "{stats}");
+    assert_eq!(stats["capture"]["event"], "stats", "{stats}");
+    assert_eq!(stats["sources"][0]["packets"], sent.len(), "{stats}");
+    // An answer streamed during the capture: the bytes the store gives afterwards.
+    let during = tmp.join("during.pcap");
+    let o = in_ns(&pcaptool_bin(), &["query", &url, "tcp", "-w", during.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(run(Command::new("kill").args(["-INT", &child.id().to_string()])).status.success());
+    assert!(wait(&mut child, Duration::from_secs(30)).success(), "SIGINT ends the capture and its service cleanly");
+    let after = tmp.join("after.pcap");
+    let o = run(Command::new(pcaptool_bin()).arg("query").arg(&store).args(["tcp", "-w"]).arg(&after));
+    assert!(o.status.success());
+    let (d, a) = (std::fs::read(&during).unwrap(), std::fs::read(&after).unwrap());
+    assert!(
+        d.len() > 24 && d == a,
+        "the service's answer ({} bytes) differs from the store's ({} bytes)",
+        d.len(),
+        a.len()
+    );
+    // Both stopped: nothing listens any more.
+    let o = in_ns(&curl, &["-sS", &format!("{url}/healthz")]);
+    assert!(!o.status.success());
+}
+
 /// `kill -9` during capture: the reopened store is consistent and holds every packet flushed before the kill, a
 /// prefix of what was sent.
 #[test]

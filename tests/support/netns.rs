@@ -41,7 +41,9 @@ impl Pair {
             for key in ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"] {
                 ip(&["netns", "exec", ns, "sysctl", "-qw", key]);
             }
-            let up = ip(&["-n", ns, "link", "set", dev, "mtu", "9000"])
+            // Loopback too: a service started in the namespace (`capture --serve`) listens there.
+            let up = ip(&["-n", ns, "link", "set", "lo", "up"])
+                && ip(&["-n", ns, "link", "set", dev, "mtu", "9000"])
                 && ip(&["-n", ns, "addr", "add", addr, "dev", dev])
                 && ip(&["-n", ns, "link", "set", dev, "up"]);
             if !up {

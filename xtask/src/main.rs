@@ -346,6 +346,19 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     }
     let filters = filter_seeds(&dir)?;
     eprintln!("fuzz seeds in {}: filter_parse, filter_eval and serve_request {filters}", dir.display());
+    // Addresses and files of sensors, as docs/service.md shows them.
+    let sensors = dir.join("remote_sensors");
+    std::fs::create_dir_all(&sensors)?;
+    for (i, seed) in [
+        "https://sensor1:8443",
+        "http://[::1]:8740/?source=store",
+        "# sensors\neast https://10.0.0.1:8443 token-file=east.token ca=ca.pem\nwest http://127.0.0.1/?source=st cert=c.pem key=k.pem\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::write(sensors.join(format!("s{i}")), seed)?;
+    }
     // The index target edits a valid index it builds itself: its seeds are a few edit lists.
     let index = dir.join("index_from_bytes");
     std::fs::create_dir_all(&index)?;

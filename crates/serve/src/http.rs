@@ -720,7 +720,7 @@ async fn stats(State(state): State<Shared>) -> Response {
     let sources = tokio::task::spawn_blocking(move || service.sources.iter().map(Served::stats).collect::<Vec<_>>())
         .await
         .unwrap_or_default();
-    let v = json!({
+    let mut v = json!({
         "sources": sources,
         "queries_running": state.limits.concurrent - state.queries.available_permits(),
         "limits": {
@@ -728,5 +728,8 @@ async fn stats(State(state): State<Shared>) -> Response {
             "packets": state.limits.packets, "bytes": state.limits.bytes, "seconds": state.limits.seconds,
         },
     });
+    if let Some(c) = state.service.capture_stats() {
+        v["capture"] = c;
+    }
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
 }

@@ -108,6 +108,9 @@ impl Served {
 #[derive(Debug)]
 pub struct Service {
     pub(crate) sources: Vec<Served>,
+    /// The counters of a capture writing into a served store in the same process (`pcaptool capture --serve`),
+    /// as it last reported them; shown by `GET /v1/stats`.
+    capture: std::sync::Mutex<Option<serde_json::Value>>,
 }
 
 impl Service {
@@ -126,7 +129,17 @@ impl Service {
             }
             sources.push(s);
         }
-        Ok(Service { sources })
+        Ok(Service { sources, capture: std::sync::Mutex::new(None) })
+    }
+
+    /// Records a running capture's counters (JSON), shown under `capture` by `GET /v1/stats`.
+    pub fn set_capture_stats(&self, counters: serde_json::Value) {
+        *self.capture.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(counters);
+    }
+
+    /// The capture's counters last recorded, if a capture reports them.
+    pub fn capture_stats(&self) -> Option<serde_json::Value> {
+        self.capture.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// The names of the sources, in the order given.

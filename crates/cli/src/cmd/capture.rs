@@ -91,6 +91,13 @@ pub(crate) struct Args {
     /// Print the statistics each second and the summary as JSON lines on standard output.
     #[arg(long)]
     json: bool,
+    /// Serve the store while capturing, as `pcaptool serve` does, on this address: segments become queryable as
+    /// they close (every --flush-every), and `GET /v1/stats` shows the capture's counters. Anything but loopback
+    /// needs TLS and --tokens or --client-ca.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    service: crate::cmd::serve::ServiceArgs,
 }
 
 /// Memory a capture prepares for its open segment's packets before it starts (`Ingest::reserve`): room for about
@@ -189,8 +196,23 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.segment_size
         );
     }
+    if args.serve.is_none() && args.service.given() {
+        bail!("the service's options (TLS, tokens, limits) need --serve ADDR");
+    }
+    // Checked before the capture starts: a service that cannot start must not leave a capture running alone.
+    let service_config = args.serve.map(|addr| args.service.config(addr, vec![args.store.clone()])).transpose()?;
     let ifaces = pcaptool_capture::probe(&config)?;
     let mut store = crate::cmd::store::open_writer(&args.store, true)?;
+    let service = match service_config {
+        Some(c) => {
+            let service = Arc::new(pcaptool_serve::Service::open(&c.sources)?);
+            let (bg, addr) = crate::cmd::serve::Background::start(c, service.clone())?;
+            eprintln!("pcaptool: serving {} on {addr} while capturing", args.store.display());
+            Some((bg, service))
+        }
+        None => None,
+    };
+    let counters = service.as_ref().map(|(_, s)| s.clone());
     let kinds = ifaces
         .iter()
         .map(|i| {
@@ -243,31 +265,45 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 s.backend
             );
         }
-        Event::Stats(s) if json => {
-            // A reader that went away must not stop the capture: the statistics are only a view of it.
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", stats_json(s, "stats")).and_then(|()| out.flush());
+        Event::Stats(s) => {
+            if let Some(service) = &counters {
+                service.set_capture_stats(stats_json(s, "stats"));
+            }
+            if json {
+                // A reader that went away must not stop the capture: the statistics are only a view of it.
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{}", stats_json(s, "stats")).and_then(|()| out.flush());
+            } else if terminal {
+                let t = s.total();
+                eprint!(
+                    "\r{:>7.1} s  {} received  {} written  {} MB  {} flows  drops: {} kernel, {} pcaptool   ",
+                    s.elapsed.as_secs_f64(),
+                    t.received,
+                    t.written,
+                    t.bytes / 1_000_000,
+                    s.flows,
+                    t.kernel_drops,
+                    t.dropped
+                );
+            }
         }
-        Event::Stats(s) if terminal => {
-            let t = s.total();
-            eprint!(
-                "\r{:>7.1} s  {} received  {} written  {} MB  {} flows  drops: {} kernel, {} pcaptool   ",
-                s.elapsed.as_secs_f64(),
-                t.received,
-                t.written,
-                t.bytes / 1_000_000,
-                s.flows,
-                t.kernel_drops,
-                t.dropped
-            );
-        }
-        Event::Stats(_) => {}
     };
     let result = pcaptool_capture::run(&config, &mut sink, &control, &mut events);
     if terminal && !json {
         eprintln!();
     }
     let finished = sink.ingest.finish();
+    if let Some((bg, service)) = service {
+        match &result {
+            Ok(s) => service.set_capture_stats(stats_json(s, "summary")),
+            Err(CaptureError::Sink { summary, .. }) => service.set_capture_stats(stats_json(summary, "summary")),
+            Err(_) => {}
+        }
+        // The service answers its running queries (up to --drain-seconds), then stops.
+        if let Err(e) = bg.stop() {
+            eprintln!("pcaptool: warning: the service ended with an error: {e:#}");
+        }
+    }
     let summary = match result {
         Ok(s) => s,
         Err(CaptureError::Sink { source, summary }) => {

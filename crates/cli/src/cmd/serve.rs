@@ -21,6 +21,13 @@ pub(crate) struct Args {
     /// The address to listen on. Anything but loopback needs TLS and --tokens or --client-ca.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8740")]
     listen: SocketAddr,
+    #[command(flatten)]
+    service: ServiceArgs,
+}
+
+/// How the service is secured and limited (`pcaptool serve`, `pcaptool capture --serve`).
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServiceArgs {
     /// The server's certificate chain (PEM): serve over TLS.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -52,6 +59,95 @@ pub(crate) struct Args {
     /// On SIGTERM or SIGINT, seconds to let running queries finish before cancelling them.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     drain_seconds: u64,
+}
+
+impl ServiceArgs {
+    /// The service's configuration on `listen` for `sources`, checked (the loopback rule).
+    pub(crate) fn config(&self, listen: SocketAddr, sources: Vec<PathBuf>) -> anyhow::Result<Config> {
+        let config = Config {
+            listen,
+            sources,
+            tls: self.tls_cert.clone().zip(self.tls_key.clone()).map(|(cert, key)| TlsFiles {
+                cert,
+                key,
+                client_ca: self.client_ca.clone(),
+            }),
+            tokens: self.tokens.clone(),
+            limits: Limits {
+                body_bytes: self.max_body,
+                concurrent: self.max_queries,
+                packets: self.max_packets,
+                bytes: self.max_bytes,
+                seconds: self.max_seconds,
+            },
+            drain: std::time::Duration::from_secs(self.drain_seconds),
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Whether any option was given other than its default (they mean nothing without a service).
+    pub(crate) fn given(&self) -> bool {
+        self.tls_cert.is_some()
+            || self.tokens.is_some()
+            || self.max_packets.is_some()
+            || self.max_bytes.is_some()
+            || self.max_seconds.is_some()
+    }
+}
+
+/// A service running on threads of its own beside other work (`pcaptool capture --serve`), stopped by
+/// [`Background::stop`].
+pub(crate) struct Background {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Background {
+    /// Starts serving `service` as `config` says; returns once it listens, with the address.
+    pub(crate) fn start(config: Config, service: Arc<Service>) -> anyhow::Result<(Background, SocketAddr)> {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("pcaptool-serve".into())
+            .spawn(move || -> anyhow::Result<()> {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .context("cannot start the runtime")?;
+                runtime.block_on(async move {
+                    let shutdown = async {
+                        let _ = stop_rx.await;
+                    };
+                    pcaptool_serve::serve(config, service, shutdown, |addr| {
+                        let _ = ready_tx.send(addr);
+                    })
+                    .await
+                })?;
+                Ok(())
+            })
+            .context("cannot start the service's thread")?;
+        match ready_rx.recv() {
+            Ok(addr) => Ok((Background { stop: Some(stop_tx), thread: Some(thread) }, addr)),
+            // The thread ended before listening: its error says why.
+            Err(_) => Err(match thread.join() {
+                Ok(Err(e)) => e,
+                _ => anyhow::anyhow!("the service stopped before it listened"),
+            }),
+        }
+    }
+
+    /// Stops accepting, lets running queries finish (up to the drain time), and waits for the service to end.
+    pub(crate) fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(anyhow::anyhow!("the service's thread panicked")),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,25 +182,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.sources.is_empty() {
         bail!("name the traces or flow stores to serve: pcaptool serve TRACE... [--listen ADDR]");
     }
-    let config = Config {
-        listen: args.listen,
-        sources: args.sources.clone(),
-        tls: args.tls_cert.clone().zip(args.tls_key.clone()).map(|(cert, key)| TlsFiles {
-            cert,
-            key,
-            client_ca: args.client_ca.clone(),
-        }),
-        tokens: args.tokens.clone(),
-        limits: Limits {
-            body_bytes: args.max_body,
-            concurrent: args.max_queries,
-            packets: args.max_packets,
-            bytes: args.max_bytes,
-            seconds: args.max_seconds,
-        },
-        drain: std::time::Duration::from_secs(args.drain_seconds),
-    };
-    config.check()?;
+    let config = args.service.config(args.listen, args.sources.clone())?;
     let service = Arc::new(Service::open(&config.sources)?);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
