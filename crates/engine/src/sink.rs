@@ -172,6 +172,10 @@ pub struct WriteOptions {
     pub container: Option<Container>,
     /// Compression: `Some(None)` for none (default: `.gz`, `.zst`, `.lz4` at the end of the name, else none).
     pub compression: Option<Option<Compression>>,
+    /// Whether to gather the output in a large buffer (1 MiB) before each write to the destination (default
+    /// true: fewer system calls for files and pipes). A service streaming an answer turns it off, so that the
+    /// first bytes (in pieces of the format writer's own 128 KiB) go out while the engine finds the rest.
+    pub gather: Option<bool>,
 }
 
 impl WriteOptions {
@@ -189,6 +193,12 @@ impl WriteOptions {
     /// Forces the compression (`None`: none).
     pub fn compression(mut self, c: Option<Compression>) -> WriteOptions {
         self.compression = Some(c);
+        self
+    }
+
+    /// Whether to gather the output in a 1 MiB buffer before writing it (see [`WriteOptions::gather`]).
+    pub fn gather(mut self, yes: bool) -> WriteOptions {
+        self.gather = Some(yes);
         self
     }
 }
@@ -270,6 +280,7 @@ impl TraceSink {
         let opts = WriteOptions {
             container: opts.container.or_else(|| container_for_name(path)),
             compression: Some(opts.compression.unwrap_or_else(|| compression_for_name(path))),
+            gather: opts.gather,
         };
         Ok(TraceSink {
             name,
@@ -326,9 +337,11 @@ impl TraceSink {
             compression: None,
             snaplen: None,
         });
-        let w: Box<dyn Write + Send> = match dest {
-            Dest::File(f) => Box::new(BufWriter::with_capacity(1 << 20, f)),
-            Dest::Other(w) => Box::new(BufWriter::with_capacity(1 << 20, w)),
+        let w: Box<dyn Write + Send> = match (dest, self.opts.gather.unwrap_or(true)) {
+            (Dest::File(f), true) => Box::new(BufWriter::with_capacity(1 << 20, f)),
+            (Dest::File(f), false) => Box::new(f),
+            (Dest::Other(w), true) => Box::new(BufWriter::with_capacity(1 << 20, w)),
+            (Dest::Other(w), false) => w,
         };
         let comp =
             Compressor::new(w, chosen.compression).map_err(|source| SinkError::Io { to: self.name.clone(), source })?;

@@ -38,11 +38,16 @@ pub struct OpenOptions {
     /// Answer from a store's undamaged segments when some are damaged (the skipped ones are reported in
     /// [`Outcome::skipped`]); by default a damaged segment fails the answer.
     pub skip_damaged: bool,
+    /// The source will answer many requests (a service): keep a trace's mapping between them and read an index's
+    /// candidates through it, so that each page fault is paid once in the source's life. By default (a command
+    /// that answers once) few candidates are read with `pread`, which costs less than faulting pages into a new
+    /// mapping.
+    pub long_lived: bool,
 }
 
 impl Default for OpenOptions {
     fn default() -> OpenOptions {
-        OpenOptions { use_index: true, skip_damaged: false }
+        OpenOptions { use_index: true, skip_damaged: false, long_lived: false }
     }
 }
 
@@ -55,6 +60,12 @@ impl OpenOptions {
     /// Whether to use a trace's index.
     pub fn use_index(mut self, yes: bool) -> OpenOptions {
         self.use_index = yes;
+        self
+    }
+
+    /// Whether the source will answer many requests (see [`OpenOptions::long_lived`]).
+    pub fn long_lived(mut self, yes: bool) -> OpenOptions {
+        self.long_lived = yes;
         self
     }
 
@@ -96,7 +107,7 @@ impl Source {
         let inner = if path.is_dir() {
             Inner::Store(StoreSource::open(path, opts.skip_damaged)?)
         } else {
-            Inner::Trace(Box::new(TraceSource::open(path, opts.use_index)?))
+            Inner::Trace(Box::new(TraceSource::open(path, opts.use_index, opts.long_lived)?))
         };
         Ok(Source { inner })
     }

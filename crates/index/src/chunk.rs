@@ -382,7 +382,9 @@ impl<'a> ChunkView<'a> {
             Need::All => Prep::All,
             Need::Pred(p) => match p.field {
                 Field::Time => Prep::Time(time_preds.iter().position(|t| t == p).unwrap_or(usize::MAX)),
-                Field::TcpFlags => Prep::Shapes(Arc::new((0..SHAPES as u32).map(|s| code_may(s / 8, p)).collect())),
+                Field::TcpFlags => Prep::Shapes(Arc::new(
+                    (0..SHAPES as u32).map(|s| code_may(s / 8, p, self.keys.cut_fails)).collect(),
+                )),
                 Field::WireLen => Prep::Shapes(Arc::new((0..SHAPES as u32).map(|s| class_may(s % 8, p)).collect())),
                 f if KEY_FIELDS.contains(&f) => match domain {
                     Some(d) if d.count().saturating_mul(16) < self.keys.len() => {

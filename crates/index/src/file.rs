@@ -151,6 +151,12 @@ impl IndexFile {
         self.header.compression != 0
     }
 
+    /// Whether packets' fields were read by their own link type (version 7 on); older indexes read Ethernet
+    /// packets' fields only, and no field of other link types.
+    pub fn fields_by_link_type(&self) -> bool {
+        self.header.version >= 7
+    }
+
     /// The snapshot length packets were cut to before their fields were read (`u32::MAX`: none).
     pub fn snap(&self) -> u32 {
         self.header.snap

@@ -71,13 +71,22 @@ pub(crate) fn flags_code(fields: &PacketFields<'_>) -> u32 {
     code_of(fields.get(Field::TcpFlags))
 }
 
-/// Whether a sequence symbol ([`code_of`]) may satisfy `pred`.
-pub(crate) fn code_may(code: u32, pred: &Pred) -> bool {
+/// Whether a sequence symbol ([`code_of`]) may satisfy `pred`; `cut_fails`: see [`unknown_may`].
+pub(crate) fn code_may(code: u32, pred: &Pred, cut_fails: bool) -> bool {
     match code {
         0 => false,
-        1 => true,
+        1 => unknown_may(pred, cut_fails),
         c => pred.holds(u128::from(c - 2)),
     }
+}
+
+/// Whether an unknown value may satisfy `pred`. A value is unknown when the packet was cut short before it (the
+/// snapshot length) or when its link type has no header fields the index reads. With `cut_fails` (the caller
+/// knows every packet's link type has header fields, so only the first cause is left), it fails a predicate
+/// that loads all of its bytes unless every value satisfies it: libpcap rejects a packet when a load reaches past
+/// the bytes captured (`Need::may_match_captured`).
+pub(crate) fn unknown_may(pred: &Pred, cut_fails: bool) -> bool {
+    !cut_fails || pred.always() || !pred.reads_whole_field()
 }
 
 /// The smallest and largest wire length of class `class`.
@@ -344,12 +353,14 @@ impl<'a> Column<'a> {
     /// damage the checksum missed can store, is accepted), and when no value satisfies `pred` reads only the rows
     /// from the first unknown one (unknown fields are in the last rows of a table); a raw column tests each row's
     /// value.
-    fn rows_matching(&self, pred: &Pred, f: impl FnMut(usize)) {
+    fn rows_matching(&self, pred: &Pred, cut_fails: bool, f: impl FnMut(usize)) {
+        let unknown = unknown_may(pred, cut_fails);
         if self.raw {
-            return self.rows_where(self.lo, |c| c == 1 || (c > 1 && pred.holds(u128::from(c - 2))), f);
+            return self.rows_where(self.lo, |c| (c == 1 && unknown) || (c > 1 && pred.holds(u128::from(c - 2))), f);
         }
-        // Truth per code: missing fails, unknown may, then each dictionary value.
-        let mut truth = vec![false, true];
+        // Truth per code: missing fails, unknown as `unknown_may` says, then each dictionary value (a code past the
+        // dictionary, only damage can store, may).
+        let mut truth = vec![false, unknown];
         truth.extend(
             (0..self.dict.len() / width(self.field)).map(|i| self.dict_value(i).is_some_and(|v| pred.holds(v))),
         );
@@ -386,6 +397,8 @@ pub(crate) struct KeyTable<'a> {
     /// Rows whose code in a column satisfies a predicate, for recent (column, predicate) pairs: `host X` reads
     /// each address column for both of its predicates (one per direction).
     scans: std::sync::Mutex<Vec<Scan>>,
+    /// Whether an unknown value is one cut short by the snapshot length (see [`unknown_may`]).
+    pub(crate) cut_fails: bool,
 }
 
 /// A column scan remembered: the rows whose code in `Field`'s column satisfies `Pred`.
@@ -395,7 +408,7 @@ impl<'a> KeyTable<'a> {
     /// A table of `rows` rows over its column parts (in [`KEY_FIELDS`] order).
     pub(crate) fn new(rows: usize, parts: Vec<Part<'a>>) -> KeyTable<'a> {
         let columns = parts.iter().map(|_| OnceLock::new()).collect();
-        KeyTable { rows, parts, columns, scans: std::sync::Mutex::new(Vec::new()) }
+        KeyTable { rows, parts, columns, scans: std::sync::Mutex::new(Vec::new()), cut_fails: false }
     }
 
     /// Keys in the table (two per row).
@@ -446,7 +459,7 @@ impl<'a> KeyTable<'a> {
         let col = self.column(f)?;
         // Rows outside a column's stored range are missing, which fails: only the stored codes are read.
         let mut rows = Vec::new();
-        col.rows_matching(pred, |row| rows.push(row as u32));
+        col.rows_matching(pred, self.cut_fails, |row| rows.push(row as u32));
         let rows = std::sync::Arc::new(rows);
         let mut scans = lock();
         if scans.len() >= 64 {
@@ -464,10 +477,13 @@ impl<'a> KeyTable<'a> {
         }
         let cols = [self.column(pred.field)?, self.column(mirror(pred.field))?];
         let mut out = KeySet::new(self.len(), false);
+        let unknown = unknown_may(pred, self.cut_fails);
         for k in domain.iter() {
-            let may = match cols[k % 2].value(k / 2) {
+            let col = cols[k % 2];
+            let may = match col.value(k / 2) {
                 FieldValue::Missing => false,
-                FieldValue::Unknown => true,
+                // (Code 1 is unknown; a code past the dictionary, only damage can store, may.)
+                FieldValue::Unknown => unknown || col.code(k / 2) != 1,
                 FieldValue::Value(v) => pred.holds(v),
             };
             if may {
@@ -654,7 +670,12 @@ mod tests {
         assert_eq!(e.offset, 77);
         assert!(e.why.contains("IPv4 source") || e.why.contains("column"), "{}", e.why);
         let syn = Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 };
-        assert!(!code_may(0, &syn) && code_may(1, &syn) && code_may(2 + 0x12, &syn) && !code_may(2 + 0x10, &syn));
+        assert!(
+            !code_may(0, &syn, false)
+                && code_may(1, &syn, false)
+                && code_may(2 + 0x12, &syn, false)
+                && !code_may(2 + 0x10, &syn, false)
+        );
     }
 
     proptest! {
@@ -693,7 +714,7 @@ mod tests {
                 let pred = Pred::range(f, u128::from(lo).min(hi), hi);
                 let rows_of = |c: &Column<'_>, unknown: bool| {
                     let mut v = Vec::new();
-                    if unknown { c.unknown_rows(|r| v.push(r)) } else { c.rows_matching(&pred, |r| v.push(r)) }
+                    if unknown { c.unknown_rows(|r| v.push(r)) } else { c.rows_matching(&pred, false, |r| v.push(r)) }
                     v
                 };
                 prop_assert_eq!(rows_of(&a, false), rows_of(&b, false));

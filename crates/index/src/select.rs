@@ -106,6 +106,18 @@ impl<'a> IndexView<'a> {
         Ok((sure, Selection { chunks }))
     }
 
+    /// Tells the view that every packet of its trace has a link type whose header fields the index reads (a
+    /// pcap of such a link type; an index of version 6 or older read Ethernet only), so that a value it does not
+    /// know is one the snapshot length cut off. A predicate that loads all of such a value's bytes then fails, as
+    /// libpcap rejects a packet whose load reaches past its captured bytes (`Need::may_match_captured`): those
+    /// packets are no longer candidates of, say, every `host` filter. Set it before selecting or counting.
+    pub fn cut_fields_fail(mut self) -> IndexView<'a> {
+        for c in &mut self.chunks {
+            c.keys.cut_fails = true;
+        }
+        self
+    }
+
     /// Every packet that may satisfy `need` (a superset of the packets that do; never fewer).
     pub fn select(&self, need: &Need) -> Result<Selection, IndexError> {
         let mut tp = Vec::new();

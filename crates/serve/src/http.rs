@@ -469,7 +469,8 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
     };
     let (first, started_rx) = body::First::new(Some(turn));
     let (stream, writer, tx, sent) = body::channel(cancel.clone(), first.clone());
-    let mut opts = WriteOptions::new();
+    // Pieces of 128 KiB go out as the engine writes them, not 1 MiB gathered first.
+    let mut opts = WriteOptions::new().gather(false);
     let pcapng = p.body.format.as_deref() == Some("pcapng");
     if pcapng {
         opts = opts.container(Container::PcapNg);

@@ -46,7 +46,7 @@ fn modified(path: &Path) -> Option<SystemTime> {
 
 impl Served {
     fn open(path: &Path) -> Result<Served, ServeError> {
-        let source = Source::open(path)
+        let source = Source::open_with(path, &long_lived())
             .map_err(|source| ServeError::Source { path: path.to_path_buf(), source: Box::new(source) })?;
         let name =
             path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
@@ -68,7 +68,7 @@ impl Served {
         if now.is_none_or(|t| t == seen) {
             return Ok(false);
         }
-        let source = Source::open(&self.path)
+        let source = Source::open_with(&self.path, &long_lived())
             .map_err(|source| ServeError::Source { path: self.path.clone(), source: Box::new(source) })?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Current { source: Arc::new(source), seen: now };
         Ok(true)
@@ -182,4 +182,9 @@ impl Service {
 
     /// How often stores are looked at for new segments.
     pub(crate) const WATCH: Duration = Duration::from_millis(500);
+}
+
+/// How the service opens its sources: kept for many requests (a trace's mapping shared by every answer).
+fn long_lived() -> pcaptool_engine::OpenOptions {
+    pcaptool_engine::OpenOptions::new().long_lived(true)
 }

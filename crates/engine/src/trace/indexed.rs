@@ -342,7 +342,8 @@ impl Run<'_, '_> {
             // Few candidates over a large trace are read with `pread` from their blocks' first records (a read of
             // a few KiB costs less than a page fault of the mapping, measured on the needle benchmark); many are
             // read through the mapping.
-            let sparse = view.blocks_to_read(sel).saturating_mul(8) < view.blocks();
+            // A long-lived source reads through its mapping, which keeps the pages earlier answers faulted in.
+            let sparse = self.source.shared.is_none() && view.blocks_to_read(sel).saturating_mul(8) < view.blocks();
             let trace_file = match sparse {
                 true => Some(File::open(&trace).map_err(|source| Error::Io { path: trace.clone(), source })?),
                 false => None,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use pcaptool_index::{IndexFile, IndexView, Selection, compression_code, sidecar_path};
 use pcaptool_packet::{
-    FileFormat, Interface, LinkType, Need, Record, Records, TraceReader, TsPrecision, precision_for,
+    FileFormat, Interface, LinkType, Need, PacketFields, Record, Records, TraceReader, TsPrecision, precision_for,
 };
 use pcaptool_query::Filter;
 use pcaptool_query::plan::{Field, IndexSource, Plan as QueryPlan, Pred};
@@ -33,6 +33,8 @@ pub(crate) struct TraceSource {
     path: PathBuf,
     /// The reader opened with the source, for the first answer (a stream can be read only once).
     first: Mutex<Option<TraceReader>>,
+    /// A long-lived source's reader, whose mapping every answer shares (`OpenOptions::long_lived`).
+    shared: Option<Mutex<TraceReader>>,
     format: Option<FileFormat>,
     interfaces: Vec<Interface>,
     swapped: bool,
@@ -58,12 +60,14 @@ fn is_stream(path: &Path) -> bool {
 impl TraceSource {
     /// Opens a trace and reads its header; with `use_index`, loads its index (`TRACE.ptidx`) if there is one and
     /// checks it against the trace as it is now.
-    pub(crate) fn open(path: &Path, use_index: bool) -> Result<TraceSource, Error> {
+    pub(crate) fn open(path: &Path, use_index: bool, long_lived: bool) -> Result<TraceSource, Error> {
         let open_error = |source| Error::Open { path: path.to_path_buf(), source };
         let mut reader = TraceReader::open(path).map_err(open_error)?;
         reader.read_header().map_err(open_error)?;
         let index = if use_index && !is_stream(path) { open_index(path, &reader)? } else { None };
+        let shared = if long_lived { reader.share().map(Mutex::new) } else { None };
         Ok(TraceSource {
+            shared,
             path: path.to_path_buf(),
             format: reader.format(),
             interfaces: reader.interfaces().to_vec(),
@@ -89,13 +93,19 @@ impl TraceSource {
 
     /// A reader at the first record: the one opened with the source, or a new one.
     fn reader(&self) -> Result<TraceReader, Error> {
+        let open_error = |source| Error::Open { path: self.path.clone(), source };
+        if let Some(shared) = &self.shared
+            && let Some(mut reader) = shared.lock().unwrap_or_else(|e| e.into_inner()).share()
+        {
+            reader.read_header().map_err(open_error)?;
+            return Ok(reader);
+        }
         if let Some(r) = self.first.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Ok(r);
         }
         if is_stream(&self.path) {
             return Err(Error::Consumed { path: self.path.clone() });
         }
-        let open_error = |source| Error::Open { path: self.path.clone(), source };
         let mut reader = TraceReader::open(&self.path).map_err(open_error)?;
         reader.read_header().map_err(open_error)?;
         Ok(reader)
@@ -330,7 +340,14 @@ fn open_index(trace: &Path, reader: &TraceReader) -> Result<Option<Indexed>, Err
     let file = IndexFile::open(&path).map_err(error)?;
     let snap = u32::try_from(snapshot(reader.interfaces())).unwrap_or(u32::MAX);
     file.check_trace(trace, Some(compression_code(reader.compression())), snap).map_err(error)?;
-    Indexed::try_new(file, |f| f.view()).map(Some).map_err(error)
+    // A pcap of a link type whose header fields the index read: a field it does not know was cut off by the
+    // snapshot length (a pcapng may declare interfaces of other link types later).
+    let cut = matches!(reader.format(), Some(FileFormat::Pcap { .. }))
+        && reader.interfaces().iter().all(|i| {
+            PacketFields::new(i.linktype, &[], 0, 0).has_header_fields()
+                && (file.fields_by_link_type() || i.linktype == LinkType::ETHERNET)
+        });
+    Indexed::try_new(file, |f| f.view().map(|v| if cut { v.cut_fields_fail() } else { v })).map(Some).map_err(error)
 }
 
 /// One answer in progress.

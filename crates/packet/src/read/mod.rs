@@ -418,7 +418,8 @@ impl ReadOptions {
 
 #[derive(Debug)]
 enum Bytes {
-    Mapped(Mapped),
+    /// Shared by the readers [`TraceReader::share`] makes.
+    Mapped(std::sync::Arc<Mapped>),
     Owned(Vec<u8>),
 }
 
@@ -528,7 +529,7 @@ impl TraceReader {
                 file.read_to_end(&mut v).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
                 Bytes::Owned(v)
             } else {
-                Bytes::Mapped(Mapped::map(&file).map_err(|e| TraceError::io(owned.clone(), 0, e))?)
+                Bytes::Mapped(std::sync::Arc::new(Mapped::map(&file).map_err(|e| TraceError::io(owned.clone(), 0, e))?))
             };
             return Ok(TraceReader::with_source(
                 Source::Bytes { data, pos: 0, pf: Prefetcher::default() },
@@ -566,6 +567,20 @@ impl TraceReader {
 
     fn with_source(source: Source, path: Option<PathBuf>, compression: Option<Compression>) -> TraceReader {
         TraceReader { source, parser: Parser::new(), path, compression, done: false }
+    }
+
+    /// Another reader of the same mapped file, at its start (its header not yet read), sharing the mapping: the
+    /// pages one reader touched are mapped for the other, so a program answering many requests over one trace pays
+    /// each page fault once. `None` for a stream or bytes in memory.
+    pub fn share(&self) -> Option<TraceReader> {
+        match &self.source {
+            Source::Bytes { data: Bytes::Mapped(m), .. } => Some(TraceReader::with_source(
+                Source::Bytes { data: Bytes::Mapped(m.clone()), pos: 0, pf: Prefetcher::default() },
+                self.path.clone(),
+                None,
+            )),
+            _ => None,
+        }
     }
 
     /// The compression of the input, if any.
