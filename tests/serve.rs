@@ -463,6 +463,9 @@ fn flows_are_listed_as_pcaptool_flows_lists_them() {
             "`{filter}`: the service's flows differ from the CLI's"
         );
     }
+    // Logged with the flows listed (not as packets).
+    let line = server.wait_for("/v1/flows", |l| l["status"] == 200 && l["flows"].as_u64().is_some_and(|n| n > 0));
+    assert!(line["packets"].is_null(), "{line}");
     let r = http(server.addr, "GET", "/v1/flows?source=g.pcap", &[], b"");
     assert!(r.status == 400 && r.json()["error"].as_str().unwrap().contains("flow store"), "{}", r.json());
     assert_eq!(http(server.addr, "GET", "/v1/flows?source=st&path=/etc", &[], b"").status, 400);

@@ -390,16 +390,21 @@ fn log_request(
     path: &str,
     asked: &Asked,
     status: u16,
-    packets: Option<u64>,
+    returned: Option<(&str, u64)>,
     bytes: Option<u64>,
     started: Instant,
     outcome: &str,
 ) {
-    log(&json!({
+    let mut v = json!({
         "peer": peer.map(|p| p.to_string()), "who": who, "path": path, "source": asked.source,
-        "filter": asked.filter, "status": status, "packets": packets, "bytes": bytes,
+        "filter": asked.filter, "status": status, "packets": null, "bytes": bytes,
         "ms": (started.elapsed().as_secs_f64() * 1e6).round() / 1e3, "outcome": outcome,
-    }));
+    });
+    // Packets returned or counted; for `/v1/flows`, flows listed.
+    if let Some((what, n)) = returned {
+        v[what] = n.into();
+    }
+    log(&v);
 }
 
 /// Runs a request's preparation; a refusal is logged and returned.
@@ -521,7 +526,17 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
         first.fire(None);
         drop(tx);
         let bytes = sent.load(Ordering::Relaxed);
-        log_request(peer, &who, "/v1/query", &asked, 200, Some(sink.packets), Some(bytes), started, &outcome);
+        log_request(
+            peer,
+            &who,
+            "/v1/query",
+            &asked,
+            200,
+            Some(("packets", sink.packets)),
+            Some(bytes),
+            started,
+            &outcome,
+        );
         drop(permit);
     });
     let ct = if pcapng { "application/x-pcapng" } else { "application/vnd.tcpdump.pcap" };
@@ -575,7 +590,7 @@ async fn count(State(state): State<Shared>, req: HttpRequest) -> Response {
             if let Some(d) = &o.damage {
                 v["damage"] = d.to_string().into();
             }
-            log_request(p.peer, &p.who, "/v1/count", &asked, 200, Some(o.matched), None, started, "ok");
+            log_request(p.peer, &p.who, "/v1/count", &asked, 200, Some(("packets", o.matched)), None, started, "ok");
             (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], v.to_string() + "\n").into_response()
         }
         Ok(Err(e)) => {
@@ -694,7 +709,7 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
             "/v1/flows",
             &asked,
             200,
-            Some(n),
+            Some(("flows", n)),
             Some(sent.load(Ordering::Relaxed)),
             started,
             &outcome,
