@@ -433,7 +433,6 @@ impl pcaptool_engine::Remote for RemoteSource {
                 break;
             }
         }
-        out.packets = out.matched;
         sink.finish(reader.interfaces())?;
         Ok(out)
     }
