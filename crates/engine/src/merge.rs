@@ -388,13 +388,6 @@ fn merged_native(natives: &[NativeFormat], ifaces: &[Interface]) -> NativeFormat
     NativeFormat::PcapNg
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut c = e.source();
-    while let Some(x) = c {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        c = x.source();
-    }
-    s
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    pcaptool_packet::Chain(e).to_string()
 }

@@ -124,9 +124,9 @@ impl Request {
         self
     }
 
-    /// Whether the request's cancel flag is set.
+    /// Whether the request's cancel flag is set (what a [`Remote`](crate::Remote) looks at while it waits).
     #[inline]
-    pub(crate) fn is_cancelled(&self) -> bool {
+    pub fn is_cancelled(&self) -> bool {
         self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
     }
 

@@ -105,14 +105,8 @@ pub(crate) fn client_config(creds: &Credentials) -> Result<Arc<rustls::ClientCon
 
 /// The error and its causes in one line (hyper's own message is terse: "connection error"; a TLS alert from the
 /// server, such as a refused client certificate, is a cause).
-fn http_error(e: impl std::error::Error) -> RemoteError {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
+fn http_error(e: impl std::error::Error + 'static) -> RemoteError {
+    let mut s = pcaptool_packet::Chain(&e).to_string();
     if s.contains("alert: CertificateRequired") {
         s.push_str(" (the sensor asks for a client certificate: give --client-cert and --client-key)");
     } else if s.contains("alert: UnknownCA")

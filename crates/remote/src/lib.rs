@@ -374,7 +374,7 @@ impl RemoteSource {
     }
 
     fn io_error(&self, req: &Request, e: std::io::Error) -> Error {
-        if req.cancel.as_ref().is_some_and(pcaptool_engine::Cancel::is_cancelled) {
+        if req.is_cancelled() {
             return Error::Cancelled;
         }
         self.fail(RemoteError::Http(e.to_string()))
@@ -419,7 +419,7 @@ impl pcaptool_engine::Remote for RemoteSource {
         let mut out = Outcome::default();
         let limit = req.limit.unwrap_or(u64::MAX);
         while out.matched < limit {
-            if req.cancel.as_ref().is_some_and(pcaptool_engine::Cancel::is_cancelled) {
+            if req.is_cancelled() {
                 return Err(Error::Cancelled);
             }
             let (rec, ifaces) = match reader.next_with_interfaces() {
@@ -459,7 +459,7 @@ impl pcaptool_engine::Remote for RemoteSource {
 
 impl RemoteSource {
     fn stream_error(&self, req: &Request, e: pcaptool_packet::TraceError) -> Error {
-        if req.cancel.as_ref().is_some_and(pcaptool_engine::Cancel::is_cancelled) {
+        if req.is_cancelled() {
             return Error::Cancelled;
         }
         self.fail(RemoteError::Stream(e))
