@@ -1,20 +1,54 @@
 //! The filter compiled on demand for each link type (and byte order) a source holds.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
 use pcaptool_packet::{LinkType, Record};
 use pcaptool_query::{Filter, Matcher, Target};
 
 use crate::Error;
 use crate::plan::LinkTypePlan;
 
+/// Programs a source compiled for the filters it answered, kept for the next answers: a long-lived source (the
+/// service's) is often asked the same filter again, and compiling costs 10-20 µs (libpcap's optimiser), a
+/// noticeable share of a needle's answer. At most [`Compiled::KEPT`] programs, the least recently used
+/// dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Compiled(Mutex<VecDeque<Kept>>);
+
+/// A program kept: the filter's text, the link type and byte order it was compiled for, the program.
+type Kept = (String, (LinkType, bool), Arc<Matcher>);
+
+impl Compiled {
+    const KEPT: usize = 64;
+
+    fn get(&self, text: &str, key: (LinkType, bool)) -> Option<Arc<Matcher>> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = kept.iter().position(|(t, k, _)| *k == key && t == text)?;
+        let hit = kept.remove(at)?;
+        let m = hit.2.clone();
+        kept.push_front(hit);
+        Some(m)
+    }
+
+    fn put(&self, text: &str, key: (LinkType, bool), m: Arc<Matcher>) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.truncate(Self::KEPT - 1);
+        kept.push_front((text.to_string(), key, m));
+    }
+}
+
 /// Matchers compiled on demand for the link types a source holds.
 pub(crate) struct Matchers<'f> {
     filter: &'f Filter,
-    pub(crate) compiled: Vec<((LinkType, bool), Matcher)>,
+    kept: &'f Compiled,
+    pub(crate) compiled: Vec<((LinkType, bool), Arc<Matcher>)>,
 }
 
 impl<'f> Matchers<'f> {
-    pub(crate) fn new(filter: &'f Filter) -> Matchers<'f> {
-        Matchers { filter, compiled: Vec::new() }
+    /// Matchers of `filter`, taken from (and added to) the programs `kept`.
+    pub(crate) fn new(filter: &'f Filter, kept: &'f Compiled) -> Matchers<'f> {
+        Matchers { filter, kept, compiled: Vec::new() }
     }
 
     /// The position of the matcher for link type `lt` in a capture of the given byte order, compiled if new.
@@ -23,10 +57,19 @@ impl<'f> Matchers<'f> {
         if let Some(i) = self.compiled.iter().position(|(k, _)| *k == key) {
             return Ok(i);
         }
-        let m = self
-            .filter
-            .compile(Target { linktype: key.0, swapped })
-            .map_err(|source| Error::FilterForLinkType { linktype: key.0, source })?;
+        let text = self.filter.text();
+        let m = match self.kept.get(text, key) {
+            Some(m) => m,
+            None => {
+                let m = self
+                    .filter
+                    .compile(Target { linktype: key.0, swapped })
+                    .map_err(|source| Error::FilterForLinkType { linktype: key.0, source })?;
+                let m = Arc::new(m);
+                self.kept.put(text, key, m.clone());
+                m
+            }
+        };
         self.compiled.push((key, m));
         Ok(self.compiled.len() - 1)
     }

@@ -9,7 +9,7 @@ use pcaptool_packet::{Interface, LinkType, Need, Record, TsPrecision, TsResoluti
 use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
 
-use crate::matchers::{Matchers, snap_for};
+use crate::matchers::{Compiled, Matchers, snap_for};
 use crate::plan::{DamagedPlan, Plan, StorePlan, Strategy};
 use crate::sink::{Layout, NativeFormat};
 use crate::{Error, Outcome, Request, Sink, SourceKind};
@@ -18,6 +18,8 @@ use crate::{Error, Outcome, Request, Sink, SourceKind};
 #[derive(Debug)]
 pub(crate) struct StoreSource {
     store: Store,
+    /// The programs compiled for the filters asked so far.
+    compiled: Compiled,
 }
 
 /// What a store's packets are given as: one interface per kind of packet (link type, snapshot length,
@@ -68,7 +70,7 @@ impl StoreSource {
     pub(crate) fn open(dir: &Path, skip_damaged: bool) -> Result<StoreSource, Error> {
         let mut store = Store::open(dir).map_err(|source| Error::OpenStore { dir: dir.to_path_buf(), source })?;
         store.set_skip_damaged(skip_damaged);
-        Ok(StoreSource { store })
+        Ok(StoreSource { store, compiled: Compiled::default() })
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -90,9 +92,9 @@ impl StoreSource {
         req.windowed(req.filter.as_ref().map_or(Need::All, necessary))
     }
 
-    fn matchers<'f>(&self, filter: Option<&'f Filter>, kinds: &Kinds) -> Result<Option<Matchers<'f>>, Error> {
+    fn matchers<'f>(&'f self, filter: Option<&'f Filter>, kinds: &Kinds) -> Result<Option<Matchers<'f>>, Error> {
         let Some(f) = filter else { return Ok(None) };
-        let mut m = Matchers::new(f);
+        let mut m = Matchers::new(f, &self.compiled);
         // The filter must compile for every link type and byte order, as a scan of the traces would require.
         for (meta, &(_, _, swapped)) in &kinds.by_meta {
             m.get(meta.linktype, swapped)?;

@@ -7,7 +7,9 @@ use pcaptool_packet::{Field, Need, PacketFields, Pred};
 
 use crate::file::DirEntry;
 use crate::format::{BLOCK, Cursor, Damage, EliasFano, KeySet, PAGE, Part, crc32};
-use crate::keys::{KEY_FIELDS, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class};
+use crate::keys::{
+    KEY_FIELDS, KeyMemo, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class,
+};
 use crate::lanes::Flows;
 use crate::shapes::{ShapeView, Shapes};
 use crate::tree::Tree;
@@ -298,16 +300,44 @@ impl<'a> ChunkView<'a> {
         Ok(view.at(i))
     }
 
+    /// What selecting by key learnt of each of `positions` (ascending), looked up together.
+    pub(crate) fn known_many(&self, positions: &[u32]) -> Vec<Option<Known>> {
+        let selected = self.selected.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = selected.partition_point(|k| k.pos < positions.first().copied().unwrap_or(0));
+        positions
+            .iter()
+            .map(|&p| {
+                while at < selected.len() && selected[at].pos < p {
+                    at += 1;
+                }
+                selected.get(at).filter(|k| k.pos == p).copied()
+            })
+            .collect()
+    }
+
     /// Whether packet `i` has the key and time the index gives it (and its TCP flags and length class, if the
     /// shape sequence is loaded).
     pub(crate) fn is_packet(&self, i: usize, fields: &PacketFields<'_>, wirelen: u32, ts: u64) -> Result<bool, Damage> {
+        self.is_packet_with(i, self.known(i), &mut KeyMemo::default(), fields, wirelen, ts)
+    }
+
+    /// [`is_packet`](Self::is_packet) with what selecting learnt of packet `i` (`known`) and the key values
+    /// checked before (`memo`).
+    pub(crate) fn is_packet_with(
+        &self,
+        i: usize,
+        known: Option<Known>,
+        memo: &mut KeyMemo,
+        fields: &PacketFields<'_>,
+        wirelen: u32,
+        ts: u64,
+    ) -> Result<bool, Damage> {
         let (lo, hi) = self.page(i / PAGE)?;
         if !(lo..=hi).contains(&ts) {
             return Ok(false);
         }
-        let known = self.known(i);
         let Some(k) = self.key_of_packet(i, known)? else { return Ok(false) };
-        if !self.keys.is_key_of(k, fields)? {
+        if !self.keys.is_key_of_with(k, fields, memo)? {
             return Ok(false);
         }
         if self.shapes.loaded().is_some() {
@@ -507,10 +537,11 @@ impl<'a> ChunkView<'a> {
             let (a, b) = (s.max(l), e.min(r));
             if a < b {
                 let before = out.len();
-                out.extend(lanes.positions(sym, a, b).map(|i| i as u32));
+                let (first, found) = lanes.ranked_positions(sym, a, b);
+                out.extend(found.map(|i| i as u32));
                 if let Some(known) = known.as_deref_mut() {
                     // The span's packets are the symbol's occurrences from its rank at `a` on.
-                    let first = lanes.rank(sym, a) as u32;
+                    let first = first as u32;
                     known.extend(out[before..].iter().zip(first..).map(|(&pos, rank)| Known {
                         pos,
                         key: k as u32,

@@ -508,20 +508,36 @@ impl<'a> KeyTable<'a> {
         Ok(self.column(f)?.value(k / 2))
     }
 
-    /// Whether key `k` is the key of these fields (the check that the trace still holds the indexed packet).
-    pub(crate) fn is_key_of(&self, k: usize, fields: &PacketFields<'_>) -> Result<bool, Damage> {
+    /// Whether key `k` is the key of these fields (the check that the trace still holds the indexed packet), the
+    /// values of keys checked before taken from `memo` (the packets of a flow read one after another share their
+    /// key: its columns are then read once, not once a packet).
+    pub(crate) fn is_key_of_with(
+        &self,
+        k: usize,
+        fields: &PacketFields<'_>,
+        memo: &mut KeyMemo,
+    ) -> Result<bool, Damage> {
         if k >= self.len() {
             return Ok(false);
         }
-        let values = fields.get_many(KEY_FIELDS);
-        for (f, v) in KEY_FIELDS.into_iter().zip(values) {
-            if self.value(k, f)? != v {
-                return Ok(false);
+        let want = match memo.0.get(&(k as u32)) {
+            Some(v) => *v,
+            None => {
+                let mut v = [FieldValue::Missing; KEY_FIELDS.len()];
+                for (x, f) in v.iter_mut().zip(KEY_FIELDS) {
+                    *x = self.value(k, f)?;
+                }
+                memo.0.insert(k as u32, v);
+                v
             }
-        }
-        Ok(true)
+        };
+        Ok(fields.get_many(KEY_FIELDS) == want)
     }
 }
+
+/// The values of the keys a reader checked packets against, by key id (see [`KeyTable::is_key_of_with`]).
+#[derive(Debug, Default)]
+pub(crate) struct KeyMemo(rustc_hash::FxHashMap<u32, [FieldValue; KEY_FIELDS.len()]>);
 
 /// Pairs the keys of a chunk into flows: returns the rows (each a key whose reverse, if the chunk holds it, is
 /// the row's second key) and, per key, its key id `2·row + direction`. Rows are ordered by [`shape_rank`], then
@@ -646,11 +662,15 @@ mod tests {
         // A predicate no value satisfies matches only the unknown row, whatever its other fields.
         let none = t.eval(&Pred::range(Field::Ip4Src, 1, 1)).unwrap();
         assert_eq!(none.iter().collect::<Vec<_>>(), vec![id(3), id(3) + 1]);
+        // (One memo throughout: a key's values remembered from one packet are still checked against the next.)
+        let mut memo = KeyMemo::default();
+        let mut is_key_of = |k, f| t.is_key_of_with(k, &PacketFields::new(LinkType::ETHERNET, f, 60, 0), &mut memo);
         for (k, f) in frames.iter().enumerate() {
-            assert!(t.is_key_of(id(k), &PacketFields::new(LinkType::ETHERNET, f, 60, 0)).unwrap());
+            assert!(is_key_of(id(k), f).unwrap());
         }
-        assert!(!t.is_key_of(id(0), &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0)).unwrap());
-        assert!(!t.is_key_of(8, &PacketFields::new(LinkType::ETHERNET, &frames[1], 60, 0)).unwrap());
+        assert!(!is_key_of(id(0), &frames[1]).unwrap());
+        assert!(!is_key_of(8, &frames[1]).unwrap());
+        assert!(is_key_of(id(0), &frames[0]).unwrap());
         // A damaged column is an error naming it.
         let mut bad = columns[4].clone();
         bad[0] ^= 1;

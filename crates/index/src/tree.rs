@@ -71,9 +71,17 @@ impl<'a> Tree<'a> {
     }
 
     pub(crate) fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn Iterator<Item = usize> + '_> {
+        self.ranked_positions(s, l, r).1
+    }
+
+    /// [`positions`](Self::positions), and the occurrences of `s` before `l` (the first position's rank).
+    pub(crate) fn ranked_positions(&self, s: u32, l: usize, r: usize) -> (usize, Box<dyn Iterator<Item = usize> + '_>) {
         match self {
-            Tree::Huffman(t) => Box::new(t.positions(s, l, r)),
-            Tree::Matrix(t) => Box::new(t.positions(s, l, r)),
+            Tree::Huffman(t) => {
+                let p = t.positions(s, l, r);
+                (p.rank(), Box::new(p))
+            }
+            Tree::Matrix(t) => (t.rank(s, l.min(t.len())), Box::new(t.positions(s, l, r))),
         }
     }
 

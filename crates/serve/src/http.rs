@@ -379,7 +379,11 @@ fn log(v: &Value) {
     if let Some(o) = v.as_object_mut() {
         o.insert("time".into(), json!((now * 1000.0).round() / 1000.0));
     }
-    let _ = writeln!(std::io::stderr().lock(), "{v}");
+    // One write a line (stderr is unbuffered: formatting into it writes each piece with a system call of its
+    // own, dozens a line, which took a fifth of a busy service's time).
+    let mut line = serde_json::to_vec(&v).unwrap_or_default();
+    line.push(b'\n');
+    let _ = std::io::stderr().lock().write_all(&line);
 }
 
 /// The log line of a request handled (or refused) by a handler.

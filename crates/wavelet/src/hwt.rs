@@ -461,23 +461,34 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
     }
 
     /// The positions of `c` in `[l, r)`, in increasing order; each costs one `select` (not a scan of the range).
+    /// The walk that ranks `l` also tells each level's select where to start scanning: the occurrences after `l`
+    /// lie after `l`'s place at every level, so the first one is found by scanning forward from there (usually a
+    /// few words) instead of by a select from the directories.
     pub fn positions(&self, c: u32, l: usize, r: usize) -> Positions<'_, B, W> {
         let r = r.min(self.n);
         let l = l.min(r);
-        match self.find(c) {
-            Some(si) => {
-                let start = self.slot_range(self.slot_index(si)).0;
-                Positions {
-                    wt: self,
-                    si,
-                    start,
-                    k: self.rank(c, l),
-                    end: self.rank(c, r),
-                    prev: [(0, usize::MAX); MAX_DEPTH],
-                }
+        let mut prev = [(0, usize::MAX); MAX_DEPTH];
+        let Some(si) = self.find(c) else {
+            return Positions { wt: self, si: 0, start: 0, k: 0, end: 0, prev };
+        };
+        let (code, len) = (self.code(si), self.code_len(si));
+        let slot_start = (self.slots.word(self.slot_index(si)) >> 24) as usize;
+        // `l` and `r` walked down the levels as `rank` walks them; at each level, the bits before `l`'s place
+        // that equal the code's bit, counted over the whole bit vector, seed that level's select.
+        let (mut a, mut e) = (l, r);
+        for (d, seed) in prev.iter_mut().enumerate().take(len) {
+            let (off, ob) = (self.level(d, L_OFFSET), self.level(d, L_ONES_BEFORE));
+            let ra = self.rank1_at(d, a);
+            let re = self.rank1_at(d, e);
+            let one = code >> (len - 1 - d) & 1 == 1;
+            let before = if one { ob + ra } else { off - ob + (a - ra) };
+            if before > 0 && a > 0 {
+                *seed = (before - 1, off + a - 1);
             }
-            None => Positions { wt: self, si: 0, start: 0, k: 0, end: 0, prev: [(0, usize::MAX); MAX_DEPTH] },
+            let zeros = self.level(d, L_ZEROS);
+            (a, e) = if one { (zeros + ra, zeros + re) } else { (a - ra, e - re) };
         }
+        Positions { wt: self, si, start: slot_start, k: a - slot_start, end: e - slot_start, prev }
     }
 
     /// Number of positions in `[l, r)` whose symbol lies in `[c1, c2]`: the sum of `rank` differences over the
@@ -509,6 +520,13 @@ pub struct Positions<'a, B, W> {
     end: usize,
     /// Per level, the select argument and answer of the previous element (`usize::MAX`: none yet).
     prev: [(usize, usize); MAX_DEPTH],
+}
+
+impl<B, W> Positions<'_, B, W> {
+    /// The occurrences of the symbol before the next position this iterator gives (its rank there).
+    pub fn rank(&self) -> usize {
+        self.k
+    }
 }
 
 impl<B: BitVector, W: Words> Iterator for Positions<'_, B, W> {
@@ -767,9 +785,19 @@ mod tests {
                 assert_eq!(wt.select(c, k), Some(p), "select({c}, {k})");
             }
             assert_eq!(wt.select(c, occ.len()), None);
-            let (l, r) = (seq.len() / 3, seq.len() - seq.len() / 4);
-            let want: Vec<usize> = occ.iter().copied().filter(|&p| p >= l && p < r).collect();
-            assert_eq!(wt.positions(c, l, r).collect::<Vec<_>>(), want, "positions({c}, {l}, {r})");
+            // Ranges from the start, inside, at an occurrence and just after it (the walk that ranks `l` seeds
+            // each level's select: every boundary case of that seed).
+            let n = seq.len();
+            let mut ranges = vec![(n / 3, n - n / 4), (0, n), (0, 0), (n, n), (n / 2, n / 2 + 1)];
+            for &p in occ.iter().step_by((occ.len() / 8).max(1)) {
+                ranges.extend([(p, n), (p + 1, n), (p.saturating_sub(1), p + 1), (p, p + 1)]);
+            }
+            for (l, r) in ranges {
+                let want: Vec<usize> = occ.iter().copied().filter(|&p| p >= l && p < r).collect();
+                let found = wt.positions(c, l, r);
+                assert_eq!(found.rank(), occ.iter().filter(|&&p| p < l).count(), "positions({c}, {l}, {r}).rank()");
+                assert_eq!(found.collect::<Vec<_>>(), want, "positions({c}, {l}, {r})");
+            }
         }
         let ranges = [(0u32, u32::MAX), (0, 0), (5, 10), (100, 1000), (u32::MAX, u32::MAX)];
         for (c1, c2) in ranges.iter().copied().chain(distinct.windows(2).take(5).map(|w| (w[0], w[1]))) {

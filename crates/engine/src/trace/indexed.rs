@@ -359,52 +359,49 @@ impl Run<'_, '_> {
             let req = self.req;
             for wave in pieces.chunks(per_wave) {
                 self.req.go_on()?;
+                let parallel = wave.iter().map(|(_, p)| p.len() as u64).sum::<u64>() >= super::FEW;
                 let done = if let Some(tf) = &trace_file {
                     let arenas = {
                         let decide = self.matchers.decider();
                         let keep = |rec: &Record<'_>| req.in_window(rec.ts_ns) && decide(rec);
-                        wave.par_iter()
-                            .map(|(ci, positions)| {
-                                let mut arena = Arena::new(positional);
-                                let mut read = |window: &mut Vec<u8>| {
-                                    view.read_packets_at(tf, &seeker, &trace, *ci, positions, window, &mut |_, rec| {
-                                        let rec = cut(rec, snap);
-                                        if keep(&rec) {
-                                            arena.push(&rec);
-                                        }
-                                        Ok(())
-                                    })
-                                };
-                                // Each thread keeps its read buffer from piece to piece (fresh pages cost more than the
-                                // reads they would hold); a fresh one should the thread's be in use already.
-                                WINDOW.with(|w| match w.try_borrow_mut() {
-                                    Ok(mut window) => read(&mut window),
-                                    Err(_) => read(&mut Vec::new()),
-                                })?;
-                                Ok(arena)
-                            })
-                            .collect::<Result<Vec<Arena>, pcaptool_index::IndexError>>()
-                            .map_err(|e| index_error(view, e))?
+                        each_piece(wave, parallel, |(ci, positions)| {
+                            let mut arena = Arena::new(positional);
+                            let mut read = |window: &mut Vec<u8>| {
+                                view.read_packets_at(tf, &seeker, &trace, *ci, positions, window, &mut |_, rec| {
+                                    let rec = cut(rec, snap);
+                                    if keep(&rec) {
+                                        arena.push(&rec);
+                                    }
+                                    Ok(())
+                                })
+                            };
+                            // Each thread keeps its read buffer from piece to piece (fresh pages cost more than the
+                            // reads they would hold); a fresh one should the thread's be in use already.
+                            WINDOW.with(|w| match w.try_borrow_mut() {
+                                Ok(mut window) => read(&mut window),
+                                Err(_) => read(&mut Vec::new()),
+                            })?;
+                            Ok(arena)
+                        })
+                        .map_err(|e| index_error(view, e))?
                     };
                     self.emit_arenas(arenas, positional, seeker.interfaces(), &mut stats)?
                 } else {
                     let lists = {
                         let decide = self.matchers.decider();
                         let keep = |rec: &Record<'_>| req.in_window(rec.ts_ns) && decide(rec);
-                        wave.par_iter()
-                            .map(|(ci, positions)| {
-                                let mut hits = Vec::new();
-                                view.read_packets(bytes, &seeker, &trace, *ci, positions, &mut |_, rec| {
-                                    let rec = cut(rec, snap);
-                                    if keep(&rec) {
-                                        hits.push(rec);
-                                    }
-                                    Ok(())
-                                })?;
-                                Ok(hits)
-                            })
-                            .collect::<Result<Vec<Vec<Record<'_>>>, pcaptool_index::IndexError>>()
-                            .map_err(|e| index_error(view, e))?
+                        each_piece(wave, parallel, |(ci, positions)| {
+                            let mut hits = Vec::new();
+                            view.read_packets(bytes, &seeker, &trace, *ci, positions, &mut |_, rec| {
+                                let rec = cut(rec, snap);
+                                if keep(&rec) {
+                                    hits.push(rec);
+                                }
+                                Ok(())
+                            })?;
+                            Ok(hits)
+                        })
+                        .map_err(|e| index_error(view, e))?
                     };
                     self.emit(lists, positional, seeker.interfaces(), &mut stats)?
                 };
@@ -479,6 +476,16 @@ impl Run<'_, '_> {
         }
         Ok(stats)
     }
+}
+
+/// `f` over the pieces of a wave, in order: in parallel, or on the calling thread (few candidates, see
+/// [`FEW`](super::FEW)).
+fn each_piece<'p, T: Send>(
+    wave: &'p [(usize, &'p [u32])],
+    parallel: bool,
+    f: impl Fn(&'p (usize, &'p [u32])) -> Result<T, pcaptool_index::IndexError> + Sync + Send,
+) -> Result<Vec<T>, pcaptool_index::IndexError> {
+    if parallel { wave.par_iter().map(f).collect() } else { wave.iter().map(f).collect() }
 }
 
 /// Cuts consecutive lists of matches to `limit` matches in all, counted in `stats` (`keep` keeps a list's first

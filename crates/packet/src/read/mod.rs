@@ -365,6 +365,28 @@ impl Seeker {
         }
     }
 
+    /// The `n`-th packet record after the one at `offset` (the 0th: the first packet record at or after
+    /// `offset`, as [`next_record_at`](Self::next_record_at) finds it), and the offset after it. In a pcap
+    /// file the records before it are only measured (their headers' lengths checked), not decoded.
+    pub fn nth_record_at<'a>(&self, data: &'a [u8], offset: u64, n: usize) -> Result<(Record<'a>, u64), TraceError> {
+        let mut off = offset;
+        let mut left = n;
+        if let [(_, State::Pcap(p), _)] = self.states.as_slice()
+            && let Some(o) = parser::skip_pcap_records(p, data, offset, n)
+        {
+            (off, left) = (o, 0);
+        }
+        // (pcapng, or a record on the way that is not whole: read record by record, which says what is wrong.)
+        loop {
+            let rec = self.next_record_at(data, off)?;
+            off = rec.offset + u64::from(rec.record_len);
+            if left == 0 {
+                return Ok((rec, off));
+            }
+            left -= 1;
+        }
+    }
+
     /// The first packet record at or after `offset`, skipping blocks that are not packets (statistics, name
     /// resolution, interface descriptions, a new section).
     pub fn next_record_at<'a>(&self, data: &'a [u8], offset: u64) -> Result<Record<'a>, TraceError> {

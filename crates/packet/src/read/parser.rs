@@ -527,6 +527,28 @@ fn options(mut b: &[u8], be: bool) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
+/// The offset of the record `n` records after the pcap record at `offset` of `data`, each record on the way
+/// checked as [`pcap_record`] checks it (header whole, captured length within the limit, data whole); `None` as
+/// soon as one is not, for the caller to read it the long way and report why.
+#[inline]
+pub(crate) fn skip_pcap_records(p: &PcapState, data: &[u8], mut offset: u64, n: usize) -> Option<u64> {
+    let hl = p.header_len as u64;
+    for _ in 0..n {
+        let at = usize::try_from(offset).ok()?;
+        let header = data.get(at..at.checked_add(p.header_len)?)?;
+        let caplen = rd32(header, 8, p.big_endian);
+        if caplen > p.limit {
+            return None;
+        }
+        let next = offset + hl + u64::from(caplen);
+        if next > data.len() as u64 {
+            return None;
+        }
+        offset = next;
+    }
+    Some(offset)
+}
+
 #[inline(always)]
 fn pcap_record(p: &PcapState, buf: &[u8]) -> Result<Step, ErrorKind> {
     let hl = p.header_len;

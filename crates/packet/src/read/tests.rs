@@ -124,6 +124,51 @@ proptest! {
     }
 
     #[test]
+    fn nth_record_at_equals_the_walk_record_by_record(
+        pkts in pkts(), ng: bool, from in 0usize..40, n in 0usize..40, cut_frac in 0.5f64..1.0,
+        flip: Option<(usize, usize, u8)>,
+    ) {
+        // A whole or cut file, perhaps with a byte of a record's length changed (it may then be too large, or run
+        // past the end, or land elsewhere): the measured walk finds what reading record by record finds, or fails
+        // the same way.
+        let mut bytes = if ng { write_pcapng(&pkts) } else { write_pcap(&pkts, TsPrecision::Micro) };
+        let (offsets, seeker) = {
+            let mut records = Records::new(&bytes).track_structure();
+            let offsets: Vec<u64> = records.by_ref().map(|r| r.unwrap().offset).collect();
+            (offsets, crate::Seeker::new(&bytes, records.structure()).unwrap())
+        };
+        prop_assume!(from < offsets.len());
+        let start = offsets[from];
+        if let Some((r, b, x)) = flip {
+            // The captured length of a pcap record (bytes 8-11), the total length of a pcapng block (4-7).
+            let at = offsets[from + r % (offsets.len() - from)] as usize;
+            bytes[at + if ng { 4 } else { 8 } + b % 4] ^= x | 1;
+        }
+        let cut = (start as usize).max((bytes.len() as f64 * cut_frac) as usize);
+        let data = &bytes[..cut];
+        let walked = (|| -> Result<(crate::Record<'_>, u64), crate::TraceError> {
+            let mut off = start;
+            let mut k = 0;
+            loop {
+                let rec = seeker.next_record_at(data, off)?;
+                off = rec.offset + u64::from(rec.record_len);
+                if k == n {
+                    return Ok((rec, off));
+                }
+                k += 1;
+            }
+        })();
+        match (seeker.nth_record_at(data, start, n), walked) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => {
+                prop_assert_eq!(a.offset, b.offset);
+                prop_assert_eq!(a.kind.to_string(), b.kind.to_string());
+            }
+            (a, b) => prop_assert!(false, "measured {:?}, walked {:?}", a, b),
+        }
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic(prefix in prop_oneof![
             Just(vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]),
             Just(vec![0xa1, 0xb2, 0x3c, 0x4d, 0, 2, 0, 4]),
