@@ -359,6 +359,33 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     {
         std::fs::write(sensors.join(format!("s{i}")), seed)?;
     }
+    // An export's manifest: empty, and one of two segments (one of them in two hours' files).
+    let manifest = dir.join("export_manifest");
+    std::fs::create_dir_all(&manifest)?;
+    let segment = |n: u32, files: &[&str]| pcaptool_export::ExportedSegment {
+        sensor: "east-1".into(),
+        store: "st".into(),
+        segment: n,
+        flows: 1000 + u64::from(n),
+        files: files.iter().map(|f| f.to_string()).collect(),
+        bytes: 40_000,
+    };
+    let seeds = [
+        pcaptool_export::Manifest::default(),
+        pcaptool_export::Manifest::from_segments(vec![
+            segment(0, &["sensor=east-1/date=2026-01-01/hour=00/part-st-000000.parquet"]),
+            segment(
+                1,
+                &[
+                    "sensor=east-1/date=2026-01-01/hour=00/part-st-000001.parquet",
+                    "sensor=east-1/date=2026-01-01/hour=01/part-st-000001.parquet",
+                ],
+            ),
+        ]),
+    ];
+    for (i, m) in seeds.iter().enumerate() {
+        std::fs::write(manifest.join(format!("s{i}")), m.to_bytes())?;
+    }
     // The index target edits a valid index it builds itself: its seeds are a few edit lists.
     let index = dir.join("index_from_bytes");
     std::fs::create_dir_all(&index)?;

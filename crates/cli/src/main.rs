@@ -46,6 +46,9 @@ enum Command {
     Import(cmd::store::ImportArgs),
     /// List a flow store's flows (conn.log-like), optionally those a filter may match.
     Flows(cmd::store::FlowsArgs),
+    /// Export a flow store's flows as Parquet files partitioned by sensor, date and hour (for DuckDB, Spark,
+    /// Trino); a second run exports only the segments added since.
+    Export(cmd::export::Args),
     /// Capture live traffic from network interfaces into a flow store.
     Capture(cmd::capture::Args),
     /// Answer queries over HTTP (TLS, tokens, client certificates) from traces and flow stores kept loaded.
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Shell(a) => cmd::shell::run(a),
         Command::Import(a) => cmd::store::import(a),
         Command::Flows(a) => cmd::store::flows(a),
+        Command::Export(a) => cmd::export::run(a),
         Command::Capture(a) => cmd::capture::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Verify(a) => cmd::maintain::verify(a),

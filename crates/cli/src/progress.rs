@@ -60,3 +60,16 @@ impl pcaptool_engine::Progress for Bar {
         }
     }
 }
+
+/// A bar counting `total` items (segments, say), hidden when stderr is not a terminal or there are few.
+pub(crate) fn items(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() || total < 2 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    pb.set_style(style);
+    pb.set_prefix(what.to_string());
+    pb
+}

@@ -2,6 +2,7 @@
 
 pub(crate) mod capture;
 pub(crate) mod convert;
+pub(crate) mod export;
 pub(crate) mod index;
 pub(crate) mod info;
 pub(crate) mod maintain;
