@@ -108,7 +108,7 @@ impl Manifest {
         self.segments.push(seg);
     }
 
-    /// The manifest's bytes, as [`save`](Self::save) writes them.
+    /// The manifest's bytes, as an export writes them into its directory.
     pub fn to_bytes(&self) -> Vec<u8> {
         let stored = Stored {
             format: FORMAT.to_string(),
