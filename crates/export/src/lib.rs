@@ -22,10 +22,12 @@
 mod manifest;
 mod rows;
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use pcaptool_flowstore::{Store, StoreError};
 use rayon::prelude::*;
@@ -155,8 +157,9 @@ impl DirLock {
 }
 
 /// Exports the flows of every segment of `store` that the export directory's manifest does not list yet, segments
-/// in parallel, calling `on_segment` after each (its files are then in place and listed; segments finish in any
-/// order). On an error, the segments finished are listed, the others are not.
+/// in parallel, calling `on_segment` after each (its files are then in place; segments finish in any order). The
+/// manifest lists the segments finished within a second, and all of them when the run returns, after an error
+/// too.
 pub fn export_flows(
     store: &Store,
     opts: &ParquetExport,
@@ -168,31 +171,55 @@ pub fn export_flows(
     let _lock = DirLock::take(&opts.out)?;
     let manifest = Manifest::load(&opts.out)?;
     remove_leftovers(&opts.out.join(format!("sensor={}", opts.sensor)))?;
-    let mut summary = Summary::default();
-    let mut pending = Vec::new();
-    for seg in store.segments() {
-        if manifest.has(&opts.sensor, &opts.store, seg.stage1.number) {
-            summary.already += 1;
-        } else {
-            pending.push(seg);
-        }
-    }
-    // Segments in parallel (each is its own files); the manifest, saved after each, lists those done so far.
-    let listed = Mutex::new((manifest, on_segment, Vec::new()));
-    pending.par_iter().try_for_each(|seg| -> Result<(), ExportError> {
+    let listed: HashSet<u32> = manifest
+        .segments()
+        .iter()
+        .filter(|s| s.sensor == opts.sensor && s.store == opts.store)
+        .map(|s| s.segment)
+        .collect();
+    let (pending, already): (Vec<_>, Vec<_>) =
+        store.segments().iter().partition(|seg| !listed.contains(&seg.stage1.number));
+    // Segments in parallel (each is its own files). The manifest is saved at most once a second and at the end,
+    // not after every segment: rewriting it whole each time made an export of 3,166 small segments take 8.9 s.
+    // A segment whose files are in place but not yet listed when the run is killed is written again by the
+    // next run, under the same names.
+    let state =
+        Mutex::new(Listing { manifest, on_segment, exported: Vec::new(), saved: Instant::now(), unsaved: false });
+    let result = pending.par_iter().try_for_each(|seg| -> Result<(), ExportError> {
         let done = export_segment(store, seg, opts)?;
-        let mut guard = listed.lock().unwrap_or_else(|e| e.into_inner());
-        let (manifest, on_segment, exported) = &mut *guard;
-        manifest.add(done.clone());
-        manifest.save(&opts.out)?;
-        on_segment(&done);
-        exported.push(done);
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let l = &mut *guard;
+        l.manifest.add(done.clone());
+        l.unsaved = true;
+        if l.saved.elapsed() >= SAVE_EVERY {
+            l.manifest.save(&opts.out)?;
+            (l.saved, l.unsaved) = (Instant::now(), false);
+        }
+        (l.on_segment)(&done);
+        l.exported.push(done);
         Ok(())
-    })?;
-    let (_, _, mut exported) = listed.into_inner().unwrap_or_else(|e| e.into_inner());
+    });
+    let l = state.into_inner().unwrap_or_else(|e| e.into_inner());
+    // (Also after an error: the segments finished stay listed.)
+    let saved = if l.unsaved { l.manifest.save(&opts.out) } else { Ok(()) };
+    result?;
+    saved?;
+    let mut exported = l.exported;
     exported.sort_by_key(|e| e.segment);
-    summary.exported = exported;
-    Ok(summary)
+    Ok(Summary { exported, already: already.len() as u32 })
+}
+
+/// How often a running export saves its manifest at most.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// What the segments exported so far change: the manifest (and when it was last saved), the caller's callback,
+/// the summary's list.
+struct Listing<'c> {
+    manifest: Manifest,
+    on_segment: &'c mut (dyn FnMut(&ExportedSegment) + Send),
+    exported: Vec<ExportedSegment>,
+    saved: Instant,
+    unsaved: bool,
 }
 
 /// Writes the files of one segment's flows, one per hour its flows start in.

@@ -1,6 +1,7 @@
 //! The export directory's manifest (`_pcaptool_manifest.json`, docs/format/export.md): which segments of which
-//! store and sensor are exported, and their files. It is written aside and renamed into place after each segment,
-//! so it always lists whole segments; a CRC-32C over its list catches a file changed by hand or damaged.
+//! store and sensor are exported, and their files. It is written aside and renamed into place (at most once a
+//! second while an export runs, and at its end), so it always lists whole segments; a CRC-32C over its list
+//! catches a file changed by hand or damaged.
 
 use std::fs::File;
 use std::io::Write;
