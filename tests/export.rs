@@ -1,10 +1,11 @@
-//! `pcaptool export STORE --to parquet`: DuckDB (the Python package, which CI installs; skipped with a message
-//! elsewhere) reads the export, and its aggregates (flows, packets, bytes per protocol, flows per hour, distinct
-//! hosts) equal those of `pcaptool flows --json` on the same store; a second run exports nothing; exports killed
-//! at random moments leave no partial file visible and a later run completes them; a flow found in SQL comes
-//! back by its locator as the packets a 5-tuple filter finds. On a generated trace of three hours, and on a
-//! sample of the corpus (../shared/corpus, real captures from public projects; skipped with a message when
-//! absent).
+//! `pcaptool export STORE --to parquet` and `--to postgres`: DuckDB (the Python package) reads the Parquet
+//! export and PostgreSQL holds the loaded rows (both installed and started by .ci/setup; skipped with a message
+//! elsewhere), and their aggregates (flows, packets, bytes per protocol, flows per hour, distinct hosts) equal
+//! those of `pcaptool flows --json` on the same store, the packet rows those of the store's packets; a second
+//! run exports nothing; exports killed at random moments leave no partial file (or segment) visible and a later
+//! run completes them; a flow found in SQL, and InTraBase's c-query in PostgreSQL, come back by the locator as
+//! the packets a 5-tuple filter finds. On a generated trace of three hours, and on a sample of the corpus
+//! (../shared/corpus, real captures from public projects; skipped with a message when absent).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,18 +36,24 @@ fn duckdb() -> Option<PathBuf> {
     if has.is_ok_and(|s| s.success()) {
         return Some(py);
     }
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    assert!(!ci, "DuckDB's Python package is required under CI but missing (.ci/setup installs it)");
+    assert!(!under_ci(), "DuckDB's Python package is required under CI but missing (.ci/setup installs it)");
     eprintln!("SKIPPED: DuckDB's Python package is missing (pip install duckdb); this test needs it (CI has it)");
     None
 }
 
-/// Runs `sql` in DuckDB over the export in `dir` (as the view `flows`); the rows as JSON arrays.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Runs `sql` in DuckDB over the export in `dir` (as the views `flows` and, if exported, `packets`); the rows as
+/// JSON arrays.
 fn sql(py: &Path, dir: &Path, sql: &str) -> Vec<Vec<Value>> {
     let script = r#"
-import duckdb, json, sys
+import duckdb, glob, json, sys
 con = duckdb.connect()
-con.sql("create view flows as select * from read_parquet('" + sys.argv[1] + "/**/*.parquet', hive_partitioning = true)")
+for table in ["flows", "packets"]:
+    if glob.glob(sys.argv[1] + "/" + table + "/**/*.parquet", recursive = True):
+        con.sql("create view " + table + " as select * from read_parquet('" + sys.argv[1] + "/" + table + "/**/*.parquet', hive_partitioning = true)")
 for row in con.sql(sys.argv[2]).fetchall():
     print(json.dumps([v if isinstance(v, (int, float, str)) or v is None else str(v) for v in row]))
 "#;
@@ -130,11 +137,10 @@ fn from_flows(store: &Path) -> Figures {
     f
 }
 
-fn export(store: &Path, out: &Path) -> Vec<Value> {
-    let text = ok(
-        pcaptool(&["export", p(store), "--to", "parquet", "--out", p(out), "--sensor", "test-sensor", "--json"]),
-        "pcaptool export",
-    );
+fn export(store: &Path, out: &Path, more: &[&str]) -> Vec<Value> {
+    let mut args = vec!["export", p(store), "--to", "parquet", "--out", p(out), "--sensor", "test-sensor", "--json"];
+    args.extend(more);
+    let text = ok(pcaptool(&args), "pcaptool export");
     text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
 
@@ -173,7 +179,7 @@ fn duckdb_over_the_export_agrees_with_the_flow_table_and_a_rerun_adds_nothing() 
     let dir = TempDir::new("export-gen");
     let (trace, store) = generated_store(&dir);
     let out = dir.join("export");
-    let lines = export(&store, &out);
+    let lines = export(&store, &out, &["--packets"]);
     let summary = lines.last().expect("a summary");
     assert_eq!(summary["event"], "summary");
     let segments = int(&summary["segments"]);
@@ -182,21 +188,42 @@ fn duckdb_over_the_export_agrees_with_the_flow_table_and_a_rerun_adds_nothing() 
     let got = from_duckdb(&py, &out);
     assert_eq!(got, want, "DuckDB over the export against `pcaptool flows --json`");
     assert!(want.per_hour.len() >= 3, "the trace spans {} hours", want.per_hour.len());
-    // Partitions: sensor, then the date and hour of the rows' first packets.
-    let files = parquet_files(&out);
-    assert!(files.iter().all(|f| f.starts_with("sensor=test-sensor/date=") && f.contains("/hour=")), "{files:?}");
-    let wrong = sql(
+    // The packet rows: every packet of the trace once, those of flows adding up to the flow table's figures.
+    let packets = &sql(
         &py,
         &out,
-        "select count(*) from flows where strftime(ts at time zone 'UTC', '%Y-%m-%d') <> cast(date as varchar) \
-         or strftime(ts at time zone 'UTC', '%H') <> lpad(cast(hour as varchar), 2, '0')",
+        "select count(*), count(distinct seq), sum(wirelen) filter (where flow_id is not null), \
+         count(*) filter (where flow_id is not null) from packets",
+    )[0];
+    assert_eq!((int(&packets[0]), int(&packets[1])), (40_000, 40_000), "packet rows");
+    assert_eq!((int(&packets[3]), int(&packets[2])), (want.packets, want.bytes), "packets of flows, and their bytes");
+    assert_eq!(int(&summary["packets"]), 40_000);
+    // Partitions: table, sensor, then the date and hour of the rows' first packets.
+    let files = parquet_files(&out);
+    for table in ["flows", "packets"] {
+        let prefix = format!("{table}/sensor=test-sensor/date=");
+        assert!(files.iter().any(|f| f.starts_with(&prefix)), "{table}: {files:?}");
+        let wrong = sql(
+            &py,
+            &out,
+            &format!(
+                "select count(*) from {table} where strftime(ts at time zone 'UTC', '%Y-%m-%d') <> cast(date as varchar) \
+                 or strftime(ts at time zone 'UTC', '%H') <> lpad(cast(hour as varchar), 2, '0')"
+            ),
+        );
+        assert_eq!(int(&wrong[0][0]), 0, "{table}: rows in the partition of another hour");
+    }
+    assert!(
+        files
+            .iter()
+            .all(|f| f.starts_with("flows/sensor=test-sensor/") || f.starts_with("packets/sensor=test-sensor/")),
+        "{files:?}"
     );
-    assert_eq!(int(&wrong[0][0]), 0, "rows in the partition of another hour");
 
     // A second run exports nothing and leaves the files as they were.
     let before: Vec<(String, std::time::SystemTime)> =
         files.iter().map(|f| (f.clone(), std::fs::metadata(out.join(f)).unwrap().modified().unwrap())).collect();
-    let again = export(&store, &out);
+    let again = export(&store, &out, &["--packets"]);
     assert_eq!(again.len(), 1, "a second run reports segments: {again:?}");
     assert_eq!((int(&again[0]["segments"]), int(&again[0]["already_exported"])), (0, segments));
     let after: Vec<(String, std::time::SystemTime)> =
@@ -205,26 +232,8 @@ fn duckdb_over_the_export_agrees_with_the_flow_table_and_a_rerun_adds_nothing() 
     assert_eq!(parquet_files(&out), files);
 
     // A flow found in SQL comes back by its locator: the packets of `query --flow`, and those a 5-tuple filter
-    // finds in the trace, are the same. (The flow: the TCP or UDP flow with the most packets among those whose
-    // endpoints, either way round, no other flow of the flow table has.)
-    let flows: Vec<Value> = ok(pcaptool(&["flows", p(&store), "--json"]), "flows")
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let tuple = |v: &Value| {
-        let a = (v["orig_h"].as_str().unwrap().to_string(), int(&v["orig_p"]));
-        let b = (v["resp_h"].as_str().unwrap().to_string(), int(&v["resp_p"]));
-        (int(&v["proto"]), a.clone().min(b.clone()), a.max(b))
-    };
-    let mut uses: BTreeMap<_, u32> = BTreeMap::new();
-    for v in &flows {
-        *uses.entry(tuple(v)).or_default() += 1;
-    }
-    let chosen = flows
-        .iter()
-        .filter(|v| [6, 17].contains(&int(&v["proto"])) && uses[&tuple(v)] == 1)
-        .max_by_key(|v| (int(&v["orig_pkts"]) + int(&v["resp_pkts"]), std::cmp::Reverse(int(&v["id"]))))
-        .expect("a TCP or UDP flow");
+    // finds in the trace, are the same; and so are its packet rows.
+    let chosen = chosen_flow(&store);
     let row = &sql(
         &py,
         &out,
@@ -255,6 +264,40 @@ fn duckdb_over_the_export_agrees_with_the_flow_table_and_a_rerun_adds_nothing() 
     let (a, b) = (pcaptool_tests::records_us(&by_id), pcaptool_tests::records_us(&by_filter));
     assert_eq!(a.len() as u64, n, "flow {id}: the rows count {n} packets");
     assert!(a == b, "flow {id}: `--flow` gives {} packets, `{filter}` {}", a.len(), b.len());
+    let rows = sql(
+        &py,
+        &out,
+        &format!(
+            "select epoch_ns(ts) // 1000, wirelen, caplen from packets where store = 'store' and flow_id = {id} order by seq"
+        ),
+    );
+    let rows: Vec<(u64, u64, u64)> = rows.iter().map(|r| (int(&r[0]), int(&r[1]), int(&r[2]))).collect();
+    let want: Vec<(u64, u64, u64)> = a.iter().map(|r| (r.0, u64::from(r.1), r.2.len() as u64)).collect();
+    assert_eq!(rows, want, "flow {id}: its packet rows");
+}
+
+/// The flow a test looks up by its locator: the TCP or UDP flow with the most packets among those whose
+/// endpoints, either way round, no other flow of the flow table has.
+fn chosen_flow(store: &Path) -> Value {
+    let flows: Vec<Value> = ok(pcaptool(&["flows", p(store), "--json"]), "flows")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let tuple = |v: &Value| {
+        let a = (v["orig_h"].as_str().unwrap().to_string(), int(&v["orig_p"]));
+        let b = (v["resp_h"].as_str().unwrap().to_string(), int(&v["resp_p"]));
+        (int(&v["proto"]), a.clone().min(b.clone()), a.max(b))
+    };
+    let mut uses: BTreeMap<_, u32> = BTreeMap::new();
+    for v in &flows {
+        *uses.entry(tuple(v)).or_default() += 1;
+    }
+    flows
+        .iter()
+        .filter(|v| [6, 17].contains(&int(&v["proto"])) && uses[&tuple(v)] == 1)
+        .max_by_key(|v| (int(&v["orig_pkts"]) + int(&v["resp_pkts"]), std::cmp::Reverse(int(&v["id"]))))
+        .expect("a TCP or UDP flow")
+        .clone()
 }
 
 #[test]
@@ -281,7 +324,7 @@ fn an_export_killed_anywhere_shows_no_partial_file_and_completes_later() {
         }
     }
     // A run to the end completes what the killed ones left: the same figures as the flow table.
-    export(&store, &out);
+    export(&store, &out, &[]);
     assert_eq!(from_duckdb(&py, &out), from_flows(&store));
     let hidden = walk_names(&out).into_iter().filter(|n| n.starts_with('.')).collect::<Vec<_>>();
     assert!(hidden.is_empty(), "files written aside and left: {hidden:?}");
@@ -313,8 +356,218 @@ fn corpus_stores_export_what_their_flow_tables_hold() {
     }
     assert!(imported >= 50, "only {imported} corpus captures imported");
     let out = dir.join("export");
-    export(&store, &out);
+    export(&store, &out, &[]);
     let (got, want) = (from_duckdb(&py, &out), from_flows(&store));
     assert!(want.flows > 100, "{} flows", want.flows);
     assert_eq!(got, want, "DuckDB over the corpus store's export against `pcaptool flows --json`");
+}
+
+/// The PostgreSQL database the tests load (`PCAPTOOL_TEST_POSTGRES`, else the one .ci/setup makes), if `psql`
+/// reaches it; `None` (skipped with a message; under CI a failure) otherwise.
+fn postgres() -> Option<String> {
+    let url = std::env::var("PCAPTOOL_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgresql://pcaptool:pcaptool@localhost/pcaptool_test".to_string());
+    let reached = tool("psql").is_some_and(|psql| {
+        Command::new(psql).args([url.as_str(), "-tAc", "select 1"]).output().is_ok_and(|o| o.status.success())
+    });
+    if reached {
+        return Some(url);
+    }
+    assert!(!under_ci(), "PostgreSQL at {url} is required under CI but not reachable (.ci/setup starts it)");
+    eprintln!("SKIPPED: no PostgreSQL at {url} (set PCAPTOOL_TEST_POSTGRES, or run .ci/setup); this test needs it");
+    None
+}
+
+/// A schema of its own for a test, dropped when done.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Schema {
+    fn new(url: &str, test: &str) -> Schema {
+        let s = Schema { url: url.to_string(), name: format!("t_{test}_{}", std::process::id()) };
+        s.exec(&format!("drop schema if exists {} cascade", s.name));
+        s
+    }
+
+    /// Runs a statement that returns no rows.
+    fn exec(&self, sql: &str) {
+        let out = Command::new("psql").args([self.url.as_str(), "-qX", "-v", "ON_ERROR_STOP=1", "-c", sql]).output();
+        ok(out.expect("run psql"), sql);
+    }
+
+    /// Runs `sql` (columns named `c0`, `c1`, …, in order); the rows as JSON arrays.
+    fn sql(&self, sql: &str) -> Vec<Vec<Value>> {
+        let wrapped = format!("select row_to_json(t) from ({sql}) t");
+        let out =
+            Command::new("psql").args([self.url.as_str(), "-qtAX", "-v", "ON_ERROR_STOP=1", "-c", &wrapped]).output();
+        let text = ok(out.expect("run psql"), sql);
+        text.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let row: serde_json::Map<String, Value> = serde_json::from_str(l).expect("a JSON row");
+                let mut cols: Vec<(usize, Value)> = row
+                    .into_iter()
+                    .map(|(k, v)| (k.trim_start_matches('c').parse().unwrap_or(usize::MAX), v))
+                    .collect();
+                cols.sort_by_key(|c| c.0);
+                cols.into_iter().map(|c| c.1).collect()
+            })
+            .collect()
+    }
+
+    fn export(&self, store: &Path, more: &[&str]) -> Output {
+        let mut args = vec!["export", p(store), "--to", "postgres", "--db", &self.url, "--schema", &self.name];
+        args.extend(["--sensor", "test-sensor", "--json"]);
+        args.extend(more);
+        pcaptool(&args)
+    }
+
+    fn figures(&self) -> Figures {
+        let s = &self.name;
+        let total = &self.sql(&format!(
+            "select count(distinct flow_id) c0, sum(orig_pkts + resp_pkts) c1, sum(orig_bytes + resp_bytes) c2 from {s}.flows"
+        ))[0];
+        let per_proto = self
+            .sql(&format!(
+                "select proto c0, count(distinct flow_id) c1, sum(orig_pkts + resp_pkts) c2, \
+                 sum(orig_bytes + resp_bytes) c3 from {s}.flows group by proto"
+            ))
+            .iter()
+            .map(|r| (int(&r[0]), (int(&r[1]), int(&r[2]), int(&r[3]))))
+            .collect();
+        let per_hour = self
+            .sql(&format!(
+                "select to_char(first, 'YYYY-MM-DD HH24') c0, count(*) c1 from (select flow_id, \
+                 min(ts) at time zone 'UTC' as first from {s}.flows group by flow_id) f group by 1"
+            ))
+            .iter()
+            .map(|r| (r[0].as_str().expect("an hour").to_string(), int(&r[1])))
+            .collect();
+        let hosts = int(&self.sql(&format!(
+            "select count(distinct h) c0 from (select orig_h as h from {s}.flows union all select resp_h from {s}.flows) a"
+        ))[0][0]);
+        Figures { flows: int(&total[0]), packets: int(&total[1]), bytes: int(&total[2]), per_proto, per_hour, hosts }
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([self.url.as_str(), "-qc", &format!("drop schema if exists {} cascade", self.name)])
+            .output();
+    }
+}
+
+#[test]
+fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
+    let Some(url) = postgres() else { return };
+    let dir = TempDir::new("export-pg");
+    let (trace, store) = generated_store(&dir);
+    let db = Schema::new(&url, "load");
+    let s = db.name.clone();
+    // Killed at growing delays: whatever is visible is whole segments (each is one transaction).
+    for (round, delay_ms) in [0u64, 40, 120, 250].into_iter().enumerate() {
+        let mut child = Command::new(pcaptool_bin())
+            .args(["export", p(&store), "--to", "postgres", "--db", &url, "--schema", &s, "--sensor", "test-sensor"])
+            .arg("--packets")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        let listed = db.sql(&format!("select to_regclass('{s}.segments') is not null c0"));
+        if listed[0][0] == Value::Bool(true) {
+            let half = db.sql(&format!(
+                "select count(*) c0 from {s}.segments g where flows <> (select count(*) from {s}.flows f where \
+                 f.segment = g.segment) or packets <> (select count(*) from {s}.packets k where k.segment = g.segment)"
+            ));
+            assert_eq!(int(&half[0][0]), 0, "round {round}: a segment listed without its rows");
+            let unlisted = db.sql(&format!(
+                "select count(*) c0 from {s}.flows f where not exists (select 1 from {s}.segments g where \
+                 g.segment = f.segment)"
+            ));
+            assert_eq!(int(&unlisted[0][0]), 0, "round {round}: rows of a segment not listed");
+        }
+    }
+    let out = db.export(&store, &["--packets"]);
+    let lines: Vec<Value> = ok(out, "export --to postgres").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary = lines.last().unwrap();
+    let segments = int(&summary["segments"]) + int(&summary["already_exported"]);
+    assert!(segments >= 5, "{summary}");
+    let want = from_flows(&store);
+    assert_eq!(db.figures(), want, "PostgreSQL's flows against `pcaptool flows --json`");
+    let packets = &db.sql(&format!(
+        "select count(*) c0, count(distinct (segment, seq)) c1, sum(wirelen) filter (where flow_id is not null) c2, \
+         count(*) filter (where flow_id is not null) c3 from {s}.packets"
+    ))[0];
+    assert_eq!((int(&packets[0]), int(&packets[1])), (40_000, 40_000), "packet rows");
+    assert_eq!((int(&packets[3]), int(&packets[2])), (want.packets, want.bytes), "packets of flows, and their bytes");
+
+    // A second run loads nothing; a segment struck from the segments table is loaded again, its rows replaced.
+    let again: Vec<Value> =
+        ok(db.export(&store, &["--packets"]), "again").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((int(&again[0]["segments"]), int(&again[0]["already_exported"])), (0, segments), "{again:?}");
+    db.exec(&format!("delete from {s}.segments where segment = (select min(segment) from {s}.segments)"));
+    let redo: Vec<Value> =
+        ok(db.export(&store, &["--packets"]), "redo").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(int(&redo.last().unwrap()["segments"]), 1, "{redo:?}");
+    assert_eq!(db.figures(), want, "after a segment loaded again");
+    assert_eq!(int(&db.sql(&format!("select count(*) c0 from {s}.packets"))[0][0]), 40_000);
+
+    // The c-query: the packets of a flow found in SQL, in order, are those `query --flow` and a 5-tuple filter
+    // give.
+    let chosen = chosen_flow(&store);
+    let id = int(&db.sql(&format!(
+        "select distinct flow_id c0 from {s}.flows where orig_h = '{}' and orig_p = {} and resp_h = '{}' and \
+         resp_p = {} and proto = {}",
+        chosen["orig_h"].as_str().unwrap(),
+        int(&chosen["orig_p"]),
+        chosen["resp_h"].as_str().unwrap(),
+        int(&chosen["resp_p"]),
+        int(&chosen["proto"])
+    ))[0][0]);
+    assert_eq!(id, int(&chosen["id"]));
+    let rows = db.sql(&format!(
+        "select (extract(epoch from ts) * 1000000)::bigint c0, wirelen c1, caplen c2 from \
+         {s}.c_query('test-sensor', 'store', {id})"
+    ));
+    let rows: Vec<(u64, u64, u64)> = rows.iter().map(|r| (int(&r[0]), int(&r[1]), int(&r[2]))).collect();
+    let by_id = dir.join("by-id.pcap");
+    ok(pcaptool(&["query", p(&store), "--flow", &id.to_string(), "-w", p(&by_id)]), "query --flow");
+    let want: Vec<(u64, u64, u64)> =
+        pcaptool_tests::records_us(&by_id).iter().map(|r| (r.0, u64::from(r.1), r.2.len() as u64)).collect();
+    assert!(want.len() > 10, "flow {id} has {} packets", want.len());
+    assert_eq!(rows, want, "c_query of flow {id} against `query --flow`");
+    let proto = if int(&chosen["proto"]) == 6 { "tcp" } else { "udp" };
+    let filter = format!(
+        "{proto} and host {} and host {} and port {} and port {}",
+        chosen["orig_h"].as_str().unwrap(),
+        chosen["resp_h"].as_str().unwrap(),
+        int(&chosen["orig_p"]),
+        int(&chosen["resp_p"])
+    );
+    let by_filter = dir.join("by-filter.pcap");
+    ok(pcaptool(&["query", "--scan", p(&trace), &filter, "-w", p(&by_filter)]), "query by 5-tuple");
+    let scanned: Vec<u64> = pcaptool_tests::records_us(&by_filter).iter().map(|r| r.0).collect();
+    assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), scanned, "c_query against `{filter}`");
+}
+
+#[test]
+fn postgres_errors_say_what_failed() {
+    let dir = TempDir::new("export-pg-errors");
+    let (_, store) = generated_store(&dir);
+    // Nothing listens on port 1: one line that says PostgreSQL and what it was doing.
+    let o = pcaptool(&["export", p(&store), "--to", "postgres", "--db", "postgresql://u:secret@127.0.0.1:1/db"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("PostgreSQL: connecting"), "{err}");
+    assert!(!err.contains("secret"), "the password is printed: {err}");
+    let o = pcaptool(&["export", p(&store), "--to", "postgres"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--db"), "no database named");
+    let o =
+        pcaptool(&["export", p(&store), "--to", "postgres", "--db", "postgresql://x@localhost/y", "--schema", "a;b"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("schema"), "a bad schema name");
 }

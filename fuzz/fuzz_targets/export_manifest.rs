@@ -8,7 +8,7 @@ use std::path::Path;
 use pcaptool_export::Manifest;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let path = Path::new("/data/flows/_pcaptool_manifest.json");
+    let path = Path::new("/data/net/_pcaptool_manifest.json");
     if let Ok(m) = Manifest::parse(data, path) {
         let again = Manifest::parse(&m.to_bytes(), path).expect("a manifest written parses");
         assert_eq!(again.segments(), m.segments());

@@ -557,8 +557,10 @@ fn bench_store(bin: &Path, trace: &Path) -> anyhow::Result<PathBuf> {
     Ok(store)
 }
 
-/// Flows exported to Parquet from the bench trace's store: flows a second (best of 3, each into an empty
-/// directory in /dev/shm, files synced) and the export's size against the store's flow index (stages 1 and 2).
+/// Exports of the bench trace's store: flows (and flows with packets) to Parquet (best of 3, each into an empty
+/// directory in /dev/shm, files synced) and the flow export's size against the store's flow index (stages 1 and
+/// 2); flows loaded into PostgreSQL (when one is reachable: `PCAPTOOL_BENCH_POSTGRES`, else the tests' database);
+/// and "bytes per destination port per hour" by DuckDB over the export against a scan of the trace.
 fn export_section(t: &BenchTrace) -> anyhow::Result<()> {
     let bin = build_pcaptool()?;
     let store_dir = bench_store(&bin, &t.path)?;
@@ -569,32 +571,37 @@ fn export_section(t: &BenchTrace) -> anyhow::Result<()> {
         store.segments().iter().map(|s| s.stage1.checksum_block().map_or(0, |b| 4 * s.stage1.bytes.div_ceil(b))).sum();
     let flow_index = index - positions - sums;
     let out = PathBuf::from("/dev/shm/pcaptool-export-bench");
-    let mut best: Option<(Duration, serde_json::Value)> = None;
-    for _ in 0..3 {
-        let _ = std::fs::remove_dir_all(&out);
-        let started = Instant::now();
-        let o = Command::new(&bin)
-            .arg("export")
-            .arg(&store_dir)
-            .args(["--to", "parquet", "--sensor", "bench", "--json", "--out"])
-            .arg(&out)
-            .output()?;
-        let took = started.elapsed();
-        if !o.status.success() {
-            bail!("pcaptool export failed: {}", String::from_utf8_lossy(&o.stderr));
+    let parquet = |more: &[&str]| -> anyhow::Result<(Duration, serde_json::Value)> {
+        let mut best: Option<(Duration, serde_json::Value)> = None;
+        for _ in 0..3 {
+            let _ = std::fs::remove_dir_all(&out);
+            let started = Instant::now();
+            let o = Command::new(&bin)
+                .arg("export")
+                .arg(&store_dir)
+                .args(["--to", "parquet", "--sensor", "bench", "--json", "--out"])
+                .arg(&out)
+                .args(more)
+                .output()?;
+            let took = started.elapsed();
+            if !o.status.success() {
+                bail!("pcaptool export failed: {}", String::from_utf8_lossy(&o.stderr));
+            }
+            let text = String::from_utf8(o.stdout)?;
+            let summary: serde_json::Value = serde_json::from_str(text.lines().last().context("a summary")?)?;
+            if best.as_ref().is_none_or(|b| took < b.0) {
+                best = Some((took, summary));
+            }
         }
-        let text = String::from_utf8(o.stdout)?;
-        let summary: serde_json::Value = serde_json::from_str(text.lines().last().context("a summary")?)?;
-        if best.as_ref().is_none_or(|b| took < b.0) {
-            best = Some((took, summary));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&out);
-    let (took, summary) = best.context("three runs")?;
+        best.context("three runs")
+    };
+    let (took, summary) = parquet(&[])?;
     let flows = summary["flows"].as_u64().unwrap_or(0);
     let bytes = summary["bytes"].as_u64().unwrap_or(0);
+    let (took_p, summary_p) = parquet(&["--packets"])?;
+    let packets = summary_p["packets"].as_u64().unwrap_or(0);
     println!(
-        "export, {} trace: {} ({} segments, {flows} flow rows)",
+        "export, {} trace: {} ({} segments, {flows} flow rows, {packets} packets)",
         t.label,
         store_dir.display(),
         store.segments().len()
@@ -612,7 +619,154 @@ fn export_section(t: &BenchTrace) -> anyhow::Result<()> {
         bytes as f64 / flows.max(1) as f64,
         bytes as f64 / flow_index.max(1) as f64
     );
+    println!(
+        "| flows and packets to Parquet (`--packets`, best of 3) | {:.3} s, {:.2} M packets/s | {} B of packet rows ({:.1} B/packet) | | |",
+        took_p.as_secs_f64(),
+        packets as f64 / took_p.as_secs_f64() / 1e6,
+        summary_p["bytes"].as_u64().unwrap_or(0) - bytes,
+        (summary_p["bytes"].as_u64().unwrap_or(0) - bytes) as f64 / packets.max(1) as f64
+    );
+    postgres_rows(&bin, &store_dir)?;
+    duckdb_against_scan(&out, &t.path)?;
+    let _ = std::fs::remove_dir_all(&out);
     println!();
+    Ok(())
+}
+
+/// The PostgreSQL database the bench loads, if `psql` reaches it.
+fn bench_postgres() -> Option<String> {
+    let url = std::env::var("PCAPTOOL_BENCH_POSTGRES")
+        .unwrap_or_else(|_| "postgresql://pcaptool:pcaptool@localhost/pcaptool_test".to_string());
+    let ok = Command::new("psql").args([url.as_str(), "-qtAc", "select 1"]).output();
+    ok.is_ok_and(|o| o.status.success()).then_some(url)
+}
+
+/// Flows (then flows and packets) loaded into a fresh schema: best of 3 (2 with packets), rows a second.
+fn postgres_rows(bin: &Path, store_dir: &Path) -> anyhow::Result<()> {
+    let Some(url) = bench_postgres() else {
+        println!(
+            "| flows into PostgreSQL | skipped: no PostgreSQL reachable (PCAPTOOL_BENCH_POSTGRES) | | | ≥ 200 k flows/s |"
+        );
+        return Ok(());
+    };
+    let schema = "pcaptool_bench";
+    let drop = || {
+        Command::new("psql").args([url.as_str(), "-qc", &format!("drop schema if exists {schema} cascade")]).output()
+    };
+    let load = |more: &[&str], runs: usize| -> anyhow::Result<(Duration, serde_json::Value)> {
+        let mut best: Option<(Duration, serde_json::Value)> = None;
+        for _ in 0..runs {
+            drop()?;
+            // Each run into an emptied schema: the tables are created (milliseconds), then loaded.
+            let started = Instant::now();
+            let o = Command::new(bin)
+                .arg("export")
+                .arg(store_dir)
+                .args(["--to", "postgres", "--db", &url, "--schema", schema, "--sensor", "bench", "--json"])
+                .args(more)
+                .output()?;
+            let took = started.elapsed();
+            if !o.status.success() {
+                bail!("pcaptool export --to postgres failed: {}", String::from_utf8_lossy(&o.stderr));
+            }
+            let text = String::from_utf8(o.stdout)?;
+            let summary: serde_json::Value = serde_json::from_str(text.lines().last().context("a summary")?)?;
+            if best.as_ref().is_none_or(|b| took < b.0) {
+                best = Some((took, summary));
+            }
+        }
+        best.context("runs")
+    };
+    let (took, summary) = load(&[], 3)?;
+    let flows = summary["flows"].as_u64().unwrap_or(0);
+    println!(
+        "| flows into PostgreSQL (binary COPY, indexes kept, new process, best of 3) | {:.3} s, {:.0} k flows/s | | | ≥ 200 k flows/s |",
+        took.as_secs_f64(),
+        flows as f64 / took.as_secs_f64() / 1e3
+    );
+    let (took, summary) = load(&["--packets"], 2)?;
+    let packets = summary["packets"].as_u64().unwrap_or(0);
+    println!(
+        "| flows and packets into PostgreSQL (`--packets`, best of 2) | {:.3} s, {:.0} k packets/s | | | |",
+        took.as_secs_f64(),
+        packets as f64 / took.as_secs_f64() / 1e3
+    );
+    drop()?;
+    Ok(())
+}
+
+/// "Bytes per destination port per hour": DuckDB over the packet and flow exports in `out` (in-process query
+/// time, best of 3) against one pass over the trace that decodes every packet (pcaptool's own reader and
+/// decoder, in this process); the packet export's answer must equal the scan's.
+fn duckdb_against_scan(out: &Path, trace: &Path) -> anyhow::Result<()> {
+    let has_duckdb = Command::new("python3").args(["-c", "import duckdb"]).stderr(Stdio::null()).status();
+    if !has_duckdb.is_ok_and(|s| s.success()) {
+        println!("| bytes per destination port per hour | skipped: DuckDB's Python package is missing | | | ≥ 10× |");
+        return Ok(());
+    }
+    let script = r#"
+import duckdb, json, sys, time
+con = duckdb.connect()
+d = sys.argv[1]
+con.sql(f"create view packets as select * from read_parquet('{d}/packets/**/*.parquet', hive_partitioning = true)")
+con.sql(f"create view flows as select * from read_parquet('{d}/flows/**/*.parquet', hive_partitioning = true)")
+queries = {
+    "packets": "select epoch_ns(ts) // 3600000000000 as h, dst_p, sum(wirelen) from packets group by all",
+    "flows": "select epoch_ns(ts) // 3600000000000 as h, resp_p, sum(orig_bytes + resp_bytes) from flows group by all",
+}
+out = {}
+for name, q in queries.items():
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        rows = con.sql(q).fetchall()
+        e = time.perf_counter() - t
+        best = e if best is None else min(best, e)
+    out[name] = {"seconds": best, "rows": rows}
+print(json.dumps(out))
+"#;
+    let o = Command::new("python3").args(["-c", script]).arg(out).output()?;
+    if !o.status.success() {
+        bail!("DuckDB failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    warm(trace)?;
+    let (scan, answer) = best(3, || -> anyhow::Result<std::collections::BTreeMap<(u64, Option<u64>), u64>> {
+        let mut r = TraceReader::open(trace)?;
+        let mut sums = std::collections::BTreeMap::new();
+        while let Some(rec) = r.next_record() {
+            let rec = rec?;
+            let d = decode(rec.linktype, rec.data);
+            let port = d.transport.and_then(|t| t.ports()).map(|p| u64::from(p.1));
+            *sums.entry((rec.ts_ns / 3_600_000_000_000, port)).or_default() += u64::from(rec.wirelen);
+        }
+        Ok(sums)
+    });
+    let answer = answer?;
+    let rows = got["packets"]["rows"].as_array().context("rows")?;
+    let duck: std::collections::BTreeMap<(u64, Option<u64>), u64> =
+        rows.iter().map(|r| ((r[0].as_u64().unwrap_or(u64::MAX), r[1].as_u64()), r[2].as_u64().unwrap_or(0))).collect();
+    let same = duck == answer;
+    let (qp, qf) =
+        (got["packets"]["seconds"].as_f64().unwrap_or(f64::NAN), got["flows"]["seconds"].as_f64().unwrap_or(f64::NAN));
+    println!(
+        "| bytes per destination port per hour: DuckDB over the packet rows (in-process, best of 3) | {:.3} s ({} groups, {}) | trace scan {:.3} s | {:.1}× | ≥ 10× |",
+        qp,
+        rows.len(),
+        if same { "equal to the scan's" } else { "DIFFERENT from the scan's" },
+        scan.as_secs_f64(),
+        scan.as_secs_f64() / qp
+    );
+    println!(
+        "| the same over the flow rows (a flow's bytes at its responder port and start hour) | {:.3} s ({} groups) | trace scan {:.3} s | {:.1}× | ≥ 10× |",
+        qf,
+        got["flows"]["rows"].as_array().map_or(0, |r| r.len()),
+        scan.as_secs_f64(),
+        scan.as_secs_f64() / qf
+    );
+    if !same {
+        bail!("DuckDB's bytes per destination port per hour over the packet rows differ from the trace scan's");
+    }
     Ok(())
 }
 

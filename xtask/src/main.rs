@@ -366,19 +366,26 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
         sensor: "east-1".into(),
         store: "st".into(),
         segment: n,
-        flows: 1000 + u64::from(n),
-        files: files.iter().map(|f| f.to_string()).collect(),
-        bytes: 40_000,
+        flows: Some(pcaptool_export::Written {
+            rows: 1000 + u64::from(n),
+            files: files.iter().map(|f| f.to_string()).collect(),
+            bytes: 40_000,
+        }),
+        packets: (n == 1).then(|| pcaptool_export::Written {
+            rows: 9000,
+            files: vec!["packets/sensor=east-1/date=2026-01-01/hour=00/part-st-000001.parquet".into()],
+            bytes: 90_000,
+        }),
     };
     let seeds = [
         pcaptool_export::Manifest::default(),
         pcaptool_export::Manifest::from_segments(vec![
-            segment(0, &["sensor=east-1/date=2026-01-01/hour=00/part-st-000000.parquet"]),
+            segment(0, &["flows/sensor=east-1/date=2026-01-01/hour=00/part-st-000000.parquet"]),
             segment(
                 1,
                 &[
-                    "sensor=east-1/date=2026-01-01/hour=00/part-st-000001.parquet",
-                    "sensor=east-1/date=2026-01-01/hour=01/part-st-000001.parquet",
+                    "flows/sensor=east-1/date=2026-01-01/hour=00/part-st-000001.parquet",
+                    "flows/sensor=east-1/date=2026-01-01/hour=01/part-st-000001.parquet",
                 ],
             ),
         ]),

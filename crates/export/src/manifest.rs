@@ -17,9 +17,9 @@ pub const MANIFEST: &str = "_pcaptool_manifest.json";
 /// What the `format` field holds.
 const FORMAT: &str = "pcaptool-export";
 /// The version this code writes and reads.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
-/// One segment exported: where its flows went.
+/// One segment exported: where its flows went, and its packets if they were asked for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportedSegment {
     /// The sensor's name (the first partition level).
@@ -28,11 +28,20 @@ pub struct ExportedSegment {
     pub store: String,
     /// The segment's number in its store.
     pub segment: u32,
-    /// Rows written: the flows (parts of flows) with packets in the segment.
-    pub flows: u64,
-    /// Its files, relative to the export directory, `/`-separated.
+    /// Its flow table's rows: the flows (parts of flows) with packets in the segment.
+    pub flows: Option<Written>,
+    /// Its packet table's rows, one per packet (`--packets`).
+    pub packets: Option<Written>,
+}
+
+/// The rows of one table of one segment, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Written {
+    /// Rows written.
+    pub rows: u64,
+    /// Their files, relative to the export directory, `/`-separated (none for PostgreSQL).
     pub files: Vec<String>,
-    /// Bytes of its files.
+    /// Bytes of those files (or of the rows sent to PostgreSQL, in its binary COPY format).
     pub bytes: u64,
 }
 
@@ -99,13 +108,22 @@ impl Manifest {
         &self.segments
     }
 
-    /// Whether segment `segment` of `store` is exported for `sensor`.
-    pub fn has(&self, sensor: &str, store: &str, segment: u32) -> bool {
-        self.segments.iter().any(|s| s.sensor == sensor && s.store == store && s.segment == segment)
+    /// What of segment `segment` of `store` is exported for `sensor`.
+    pub fn get(&self, sensor: &str, store: &str, segment: u32) -> Option<&ExportedSegment> {
+        self.segments.iter().find(|s| s.sensor == sensor && s.store == store && s.segment == segment)
     }
 
-    pub(crate) fn add(&mut self, seg: ExportedSegment) {
-        self.segments.retain(|s| !(s.sensor == seg.sensor && s.store == seg.store && s.segment == seg.segment));
+    /// Lists `seg`: the tables it names replace those listed of the same segment, the others stay.
+    pub(crate) fn add(&mut self, mut seg: ExportedSegment) {
+        if let Some(i) = self
+            .segments
+            .iter()
+            .position(|s| s.sensor == seg.sensor && s.store == seg.store && s.segment == seg.segment)
+        {
+            let old = self.segments.remove(i);
+            seg.flows = seg.flows.or(old.flows);
+            seg.packets = seg.packets.or(old.packets);
+        }
         self.segments.push(seg);
     }
 
@@ -147,9 +165,12 @@ mod tests {
             sensor: "s".into(),
             store: "st".into(),
             segment: n,
-            flows: u64::from(n) * 3,
-            files: vec![format!("sensor=s/date=2026-01-01/hour=00/part-st-{n:06}.parquet")],
-            bytes: 100,
+            flows: Some(Written {
+                rows: u64::from(n) * 3,
+                files: vec![format!("flows/sensor=s/date=2026-01-01/hour=00/part-st-{n:06}.parquet")],
+                bytes: 100,
+            }),
+            packets: None,
         }
     }
 
@@ -165,15 +186,26 @@ mod tests {
         m.save(&dir).unwrap();
         let back = Manifest::load(&dir).unwrap();
         assert_eq!(back.segments(), &[seg(2), seg(1)]);
-        assert!(back.has("s", "st", 1) && !back.has("s", "st", 3) && !back.has("t", "st", 1));
+        assert!(
+            back.get("s", "st", 1).is_some() && back.get("s", "st", 3).is_none() && back.get("t", "st", 1).is_none()
+        );
+        // Packets exported later join the segment's flows; flows exported again replace them.
+        let mut m = back;
+        let packets = Written { rows: 9, files: vec!["packets/x.parquet".into()], bytes: 5 };
+        m.add(ExportedSegment { flows: None, packets: Some(packets.clone()), ..seg(2) });
+        assert_eq!(m.get("s", "st", 2), Some(&ExportedSegment { packets: Some(packets.clone()), ..seg(2) }));
+        let again = ExportedSegment { flows: Some(Written::default()), ..seg(2) };
+        m.add(again.clone());
+        assert_eq!(m.get("s", "st", 2), Some(&ExportedSegment { packets: Some(packets), ..again }));
+        assert_eq!(m.segments().len(), 2);
         let path = dir.join(MANIFEST);
         let text = std::fs::read_to_string(&path).unwrap();
         // A count changed by hand: the checksum no longer holds.
-        std::fs::write(&path, text.replace("\"flows\": 6", "\"flows\": 7")).unwrap();
+        std::fs::write(&path, text.replace("\"rows\": 6", "\"rows\": 7")).unwrap();
         let e = Manifest::load(&dir).unwrap_err().to_string();
         assert!(e.contains("checksum") && e.contains("move it aside"), "{e}");
         for (from, to, says) in
-            [("\"version\": 1", "\"version\": 9", "version 9"), ("pcaptool-export", "other", "format")]
+            [("\"version\": 2", "\"version\": 9", "version 9"), ("pcaptool-export", "other", "format")]
         {
             std::fs::write(&path, text.replace(from, to)).unwrap();
             let e = Manifest::load(&dir).unwrap_err().to_string();

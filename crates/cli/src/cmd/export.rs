@@ -1,20 +1,23 @@
-//! `pcaptool export STORE --to parquet --out DIR`: a flow store's flows as Parquet files partitioned by sensor,
-//! date and hour, for DuckDB, Spark and Trino (docs/analysis.md).
+//! `pcaptool export STORE --to parquet --out DIR` and `--to postgres --db URL`: a flow store's flows (and, with
+//! `--packets`, its packets) as Parquet files partitioned by sensor, date and hour, for DuckDB, Spark and Trino,
+//! or as PostgreSQL tables (docs/analysis.md).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use pcaptool_export::{ExportedSegment, ParquetExport, export_flows};
+use pcaptool_export::{ExportedSegment, ParquetExport, PostgresExport, export_parquet, export_postgres};
 
 use crate::progress;
 
 /// What an export writes.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub(crate) enum Target {
-    /// Parquet files under --out, partitioned Hive-style (`sensor=…/date=…/hour=…/part-….parquet`).
+    /// Parquet files under --out, partitioned Hive-style (`flows/sensor=…/date=…/hour=…/part-….parquet`).
     Parquet,
+    /// PostgreSQL tables (flows, packets, segments) in the database --db names, loaded by binary COPY.
+    Postgres,
 }
 
 /// Arguments of `pcaptool export`.
@@ -25,9 +28,21 @@ pub(crate) struct Args {
     /// What to export to.
     #[arg(long, value_enum)]
     to: Target,
-    /// The export directory (created if missing); a second run exports only the segments added since.
-    #[arg(long, value_name = "DIR")]
-    out: PathBuf,
+    /// The export directory (created if missing), for --to parquet; a second run exports only the segments
+    /// added since.
+    #[arg(long, value_name = "DIR", required_if_eq("to", "parquet"))]
+    out: Option<PathBuf>,
+    /// The database, for --to postgres: a URL (postgresql://user:password@host/db) or libpq's key=value form;
+    /// default: the PCAPTOOL_DATABASE_URL environment variable.
+    #[arg(long, value_name = "URL")]
+    db: Option<String>,
+    /// The PostgreSQL schema that holds the tables (created if missing).
+    #[arg(long, value_name = "NAME", default_value = "pcaptool")]
+    schema: String,
+    /// Export one row per packet too (time, lengths, 5-tuple, TCP flags, flow id), for the segments whose packets
+    /// are not exported yet.
+    #[arg(long)]
+    packets: bool,
     /// The sensor's name, the first partition level (default: this host's name).
     #[arg(long, value_name = "NAME")]
     sensor: Option<String>,
@@ -57,11 +72,9 @@ fn dir_name(dir: &Path) -> String {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Target::Parquet = args.to;
     let store = crate::cmd::store::open_store(&args.store, false)?;
     let sensor = args.sensor.unwrap_or_else(host_name);
     let store_id = args.store_id.unwrap_or_else(|| dir_name(&args.store));
-    let opts = ParquetExport::new(&args.out, &sensor, &store_id)?;
     let pb = progress::items(store.segments().len() as u64, "export");
     let started = Instant::now();
     let json = args.json;
@@ -70,45 +83,68 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         if json {
             outln!(
                 "{}",
-                serde_json::json!({ "event": "segment", "segment": seg.segment, "flows": seg.flows, "files": seg.files, "bytes": seg.bytes })
+                serde_json::json!({ "event": "segment", "segment": seg.segment, "flows": seg.flows, "packets": seg.packets })
             );
         }
         Ok(())
     };
     let mut failed = None;
-    let summary = export_flows(&store, &opts, &mut |seg| {
+    let mut on_segment = |seg: &ExportedSegment| {
         if failed.is_none()
             && let Err(e) = report(seg)
         {
             failed = Some(e);
         }
-    })
-    .with_context(|| format!("cannot export {} to {}", args.store.display(), args.out.display()));
+    };
+    let (summary, dest) = match args.to {
+        Target::Parquet => {
+            let out = args.out.context("--to parquet needs --out DIR")?;
+            let mut opts = ParquetExport::new(&out, &sensor, &store_id)?;
+            opts.packets = args.packets;
+            let s = export_parquet(&store, &opts, &mut on_segment);
+            (
+                s.with_context(|| format!("cannot export {} to {}", args.store.display(), out.display())),
+                out.display().to_string(),
+            )
+        }
+        Target::Postgres => {
+            let db = args.db.or_else(|| std::env::var("PCAPTOOL_DATABASE_URL").ok());
+            let db = db.context("--to postgres needs --db URL (or PCAPTOOL_DATABASE_URL)")?;
+            let mut opts = PostgresExport::new(&db, &sensor, &store_id)?;
+            opts.schema = args.schema.clone();
+            opts.packets = args.packets;
+            let s = export_postgres(&store, &opts, &mut on_segment);
+            (
+                s.with_context(|| format!("cannot export {} to PostgreSQL", args.store.display())),
+                format!("PostgreSQL schema {}", args.schema),
+            )
+        }
+    };
     pb.finish_and_clear();
     if let Some(e) = failed {
         return Err(e);
     }
     let summary = summary?;
-    let flows: u64 = summary.exported.iter().map(|s| s.flows).sum();
-    let bytes: u64 = summary.exported.iter().map(|s| s.bytes).sum();
-    let files: usize = summary.exported.iter().map(|s| s.files.len()).sum();
+    let flows = summary.rows(|s| &s.flows);
+    let packets = summary.rows(|s| &s.packets);
+    let written = summary.exported.iter().flat_map(|s| s.flows.iter().chain(s.packets.iter()));
+    let (files, bytes) = written.fold((0, 0), |(f, b), w| (f + w.files.len(), b + w.bytes));
     let secs = started.elapsed().as_secs_f64();
     if json {
         outln!(
             "{}",
             serde_json::json!({
-                "event": "summary", "store": args.store, "out": args.out, "sensor": sensor, "store_id": store_id,
+                "event": "summary", "store": args.store, "to": dest, "sensor": sensor, "store_id": store_id,
                 "segments": summary.exported.len(), "already_exported": summary.already, "flows": flows,
-                "files": files, "bytes": bytes, "seconds": secs,
+                "packets": packets, "files": files, "bytes": bytes, "seconds": secs,
             })
         );
     } else {
         outln!(
-            "{}: {} flows of {} segments in {files} files ({bytes} bytes) under {} in {secs:.2} s{}",
+            "{}: {flows} flows{} of {} segments into {dest} ({files} files, {bytes} bytes) in {secs:.2} s{}",
             args.store.display(),
-            flows,
+            if args.packets { format!(" and {packets} packets") } else { String::new() },
             summary.exported.len(),
-            args.out.display(),
             if summary.already > 0 {
                 format!("; {} segments were exported before", summary.already)
             } else {

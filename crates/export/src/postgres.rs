@@ -1,0 +1,512 @@
+//! The PostgreSQL export, as InTraBase keeps traffic: tables of flows, packets and segments (created if missing,
+//! with indexes on time, addresses and ports), loaded by binary `COPY` through tokio-postgres, each segment's rows
+//! replaced and recorded inside one transaction, and InTraBase's c-query as the function `c_query`.
+//!
+//! Segments are read and encoded on rayon's threads while one connection loads them in turn. A run holds a
+//! session advisory lock on its sensor and store, so two runs never load the same segments; the server lets go
+//! of it however the run ends.
+
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::SinkExt;
+use pcaptool_flowstore::{Flow, Segment, Store};
+use rayon::prelude::*;
+use tokio_postgres::{Client, NoTls};
+
+use crate::manifest::{ExportedSegment, Written};
+use crate::packets::{PacketRow, read_segment};
+use crate::parquet_dir::Tables;
+use crate::{ExportError, Summary, check_name};
+
+/// Where rows go in PostgreSQL, and the names they go under.
+#[derive(Clone, Debug)]
+pub struct PostgresExport {
+    /// The connection string: a URL (`postgresql://user:password@host:port/db`) or libpq's `key=value` form.
+    /// Connections are not encrypted (a local server, or one reached through a tunnel).
+    pub url: String,
+    /// The schema that holds the tables (created if missing).
+    pub schema: String,
+    /// The sensor's name, in each row.
+    pub sensor: String,
+    /// The store's name, in each row's locator.
+    pub store: String,
+    /// Whether to load one row per packet too, for segments whose packets are not loaded yet.
+    pub packets: bool,
+}
+
+impl PostgresExport {
+    /// An export into the database at `url`, schema `pcaptool`, under these names (see
+    /// [`ParquetExport::new`](crate::ParquetExport::new)).
+    pub fn new(url: &str, sensor: &str, store: &str) -> Result<PostgresExport, ExportError> {
+        check_name("sensor", sensor)?;
+        check_name("store", store)?;
+        Ok(PostgresExport {
+            url: url.to_string(),
+            schema: "pcaptool".to_string(),
+            sensor: sensor.to_string(),
+            store: store.to_string(),
+            packets: false,
+        })
+    }
+}
+
+/// Refuses a schema name that would need quoting rules beyond a plain identifier.
+fn check_schema(schema: &str) -> Result<(), ExportError> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok { Ok(()) } else { Err(ExportError::Name { what: "schema", name: schema.to_string() }) }
+}
+
+/// The tables, their indexes, and the c-query, in schema `{s}` (idempotent).
+const DDL: &str = r#"
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.segments (
+    sensor text NOT NULL,
+    store text NOT NULL,
+    segment bigint NOT NULL,
+    flows bigint,
+    packets bigint,
+    exported_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (sensor, store, segment)
+);
+CREATE TABLE IF NOT EXISTS {s}.flows (
+    sensor text NOT NULL,
+    store text NOT NULL,
+    segment bigint NOT NULL,
+    flow_id bigint NOT NULL,
+    ts timestamptz NOT NULL,
+    duration_ns bigint NOT NULL,
+    orig_h inet NOT NULL,
+    orig_p integer NOT NULL,
+    resp_h inet NOT NULL,
+    resp_p integer NOT NULL,
+    proto smallint NOT NULL,
+    vlan integer NOT NULL,
+    conn_state text NOT NULL,
+    orig_pkts bigint NOT NULL,
+    orig_bytes bigint NOT NULL,
+    orig_payload bigint NOT NULL,
+    orig_flags smallint NOT NULL,
+    resp_pkts bigint NOT NULL,
+    resp_bytes bigint NOT NULL,
+    resp_payload bigint NOT NULL,
+    resp_flags smallint NOT NULL,
+    PRIMARY KEY (sensor, store, segment, flow_id)
+);
+CREATE INDEX IF NOT EXISTS flows_ts ON {s}.flows USING brin (ts);
+CREATE INDEX IF NOT EXISTS flows_orig_h ON {s}.flows (orig_h);
+CREATE INDEX IF NOT EXISTS flows_resp_h ON {s}.flows (resp_h);
+CREATE INDEX IF NOT EXISTS flows_resp_p ON {s}.flows (resp_p);
+CREATE INDEX IF NOT EXISTS flows_flow ON {s}.flows (sensor, store, flow_id);
+CREATE TABLE IF NOT EXISTS {s}.packets (
+    sensor text NOT NULL,
+    store text NOT NULL,
+    segment bigint NOT NULL,
+    seq bigint NOT NULL,
+    flow_id bigint,
+    ts timestamptz NOT NULL,
+    caplen integer NOT NULL,
+    wirelen integer NOT NULL,
+    iface integer NOT NULL,
+    src_h inet,
+    src_p integer,
+    dst_h inet,
+    dst_p integer,
+    proto smallint,
+    vlan integer NOT NULL,
+    tcp_flags smallint,
+    PRIMARY KEY (sensor, store, segment, seq)
+);
+CREATE INDEX IF NOT EXISTS packets_ts ON {s}.packets USING brin (ts);
+CREATE INDEX IF NOT EXISTS packets_flow ON {s}.packets (sensor, store, flow_id, seq);
+CREATE INDEX IF NOT EXISTS packets_src_h ON {s}.packets (src_h);
+CREATE INDEX IF NOT EXISTS packets_dst_h ON {s}.packets (dst_h);
+CREATE INDEX IF NOT EXISTS packets_dst_p ON {s}.packets (dst_p);
+CREATE OR REPLACE FUNCTION {s}.c_query(p_sensor text, p_store text, p_flow bigint)
+RETURNS TABLE (segment bigint, seq bigint, ts timestamptz, caplen integer, wirelen integer, src_h inet,
+               src_p integer, dst_h inet, dst_p integer, tcp_flags smallint)
+LANGUAGE sql STABLE AS $$
+    SELECT p.segment, p.seq, p.ts, p.caplen, p.wirelen, p.src_h, p.src_p, p.dst_h, p.dst_p, p.tcp_flags
+    FROM {s}.packets p
+    WHERE p.sensor = p_sensor AND p.store = p_store AND p.flow_id = p_flow
+    ORDER BY p.seq
+$$;
+COMMENT ON FUNCTION {s}.c_query(text, text, bigint) IS
+    'InTraBase''s c-query: the packets of one connection (flow id) of a sensor''s store, in the store''s order';
+"#;
+
+/// The advisory lock keys: one for creating the tables, and the class of the per-store locks.
+const LOCK_DDL: i64 = 0x7063_6170_7464_6c01;
+const LOCK_CLASS: i32 = 0x7063_6170;
+
+/// Exports the flows (and, with [`packets`](PostgresExport::packets), the packets) of every segment of `store`
+/// that the `segments` table does not list with them yet: each segment's rows of those tables replaced and the
+/// segment recorded in one transaction, so a run stopped anywhere leaves whole segments and the next run loads
+/// the rest. Calls `on_segment` after each commit.
+pub fn export_postgres(
+    store: &Store,
+    opts: &PostgresExport,
+    on_segment: &mut (dyn FnMut(&ExportedSegment) + Send),
+) -> Result<Summary, ExportError> {
+    check_name("sensor", &opts.sensor)?;
+    check_name("store", &opts.store)?;
+    check_schema(&opts.schema)?;
+    let pg = |doing: &str| {
+        let doing = doing.to_string();
+        move |source| ExportError::Postgres { doing, source }
+    };
+    let config = tokio_postgres::Config::from_str(&opts.url).map_err(pg("reading the connection string"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ExportError::io(std::path::Path::new("tokio runtime"), e))?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Encoded, ExportError>>(2);
+    std::thread::scope(|scope| {
+        runtime.block_on(async {
+            let (mut client, connection) = config.connect(NoTls).await.map_err(pg("connecting"))?;
+            let conn = tokio::spawn(connection);
+            let s = &opts.schema;
+            {
+                let t = client.transaction().await.map_err(pg("creating the tables"))?;
+                t.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_DDL]).await.map_err(pg("creating the tables"))?;
+                t.batch_execute(&DDL.replace("{s}", s)).await.map_err(pg("creating the tables"))?;
+                t.commit().await.map_err(pg("creating the tables"))?;
+            }
+            let key = lock_key(&opts.sensor, &opts.store);
+            let row = client
+                .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &key])
+                .await
+                .map_err(pg("locking the store's rows"))?;
+            if !row.get::<_, bool>(0) {
+                return Err(ExportError::Locked {
+                    dir: format!("PostgreSQL schema {s}").into(),
+                    lock: format!("advisory lock ({LOCK_CLASS}, {key}) for sensor {} store {}", opts.sensor, opts.store)
+                        .into(),
+                });
+            }
+            let listed = client
+                .query(
+                    &format!("SELECT segment, flows IS NOT NULL, packets IS NOT NULL FROM {s}.segments WHERE sensor = $1 AND store = $2"),
+                    &[&opts.sensor, &opts.store],
+                )
+                .await
+                .map_err(pg("reading the segments table"))?;
+            let listed: std::collections::HashMap<i64, (bool, bool)> =
+                listed.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))).collect();
+            let mut pending = Vec::new();
+            let mut already = 0;
+            for seg in store.segments() {
+                let (f, p) = listed.get(&i64::from(seg.stage1.number)).copied().unwrap_or((false, false));
+                let tables = Tables { flows: !f, packets: opts.packets && !p };
+                if tables.flows || tables.packets {
+                    pending.push((seg, tables));
+                } else {
+                    already += 1;
+                }
+            }
+            // Read and encode on rayon's threads; load here, one segment at a time.
+            scope.spawn(move || {
+                let _ = pending.par_iter().try_for_each(|&(seg, tables)| {
+                    let encoded = encode_segment(store, seg, tables, opts);
+                    tx.blocking_send(encoded).map_err(|_| ())
+                });
+            });
+            let mut exported = Vec::new();
+            while let Some(encoded) = rx.recv().await {
+                let done = load(&mut client, s, opts, encoded?).await?;
+                on_segment(&done);
+                exported.push(done);
+            }
+            drop(client);
+            let _ = conn.await;
+            exported.sort_by_key(|e| e.segment);
+            Ok(Summary { exported, already })
+        })
+    })
+}
+
+/// The per-store lock's key: a hash of the sensor's and store's names.
+fn lock_key(sensor: &str, store: &str) -> i32 {
+    let h = crc32c::crc32c(format!("{sensor}\0{store}").as_bytes());
+    i32::from_ne_bytes(h.to_ne_bytes())
+}
+
+/// A segment's rows in `COPY`'s binary format, in pieces of about [`PIECE`] bytes.
+struct Encoded {
+    segment: u32,
+    flows: Option<(u64, Vec<Bytes>)>,
+    packets: Option<(u64, Vec<Bytes>)>,
+}
+
+/// The size of the pieces a segment's rows are sent in.
+const PIECE: usize = 1 << 22;
+
+fn encode_segment(store: &Store, seg: &Segment, tables: Tables, opts: &PostgresExport) -> Result<Encoded, ExportError> {
+    let number = seg.stage1.number;
+    let rows = read_segment(seg, tables.packets).map_err(|source| ExportError::Store {
+        dir: store.dir().to_path_buf(),
+        segment: number,
+        source,
+    })?;
+    let names = (opts.sensor.as_str(), opts.store.as_str(), number);
+    let flows = tables.flows.then(|| (rows.flows.len() as u64, encode(&rows.flows, |c, f| flow_row(c, names, f))));
+    let packets = rows.packets.map(|p| (p.len() as u64, encode(&p, |c, r| packet_row(c, names, r))));
+    Ok(Encoded { segment: number, flows, packets })
+}
+
+/// Rows in `COPY`'s binary format: the header, each row by `row`, the trailer; cut into pieces.
+fn encode<T>(rows: &[T], row: impl Fn(&mut Copy, &T)) -> Vec<Bytes> {
+    let mut pieces = Vec::new();
+    let mut c = Copy(BytesMut::with_capacity(PIECE + 4096));
+    c.0.put_slice(b"PGCOPY\n\xff\r\n\0");
+    c.0.put_i32(0); // flags
+    c.0.put_i32(0); // header extension length
+    for r in rows {
+        row(&mut c, r);
+        if c.0.len() >= PIECE {
+            pieces.push(c.0.split().freeze());
+        }
+    }
+    c.0.put_i16(-1);
+    pieces.push(c.0.freeze());
+    pieces
+}
+
+/// A buffer of `COPY` binary rows: each field its length (-1 for NULL) and its value in the type's binary form.
+struct Copy(BytesMut);
+
+/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
+const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+impl Copy {
+    fn fields(&mut self, n: i16) {
+        self.0.put_i16(n);
+    }
+    fn null(&mut self) {
+        self.0.put_i32(-1);
+    }
+    fn int8(&mut self, v: u64) {
+        self.0.put_i32(8);
+        self.0.put_i64(i64::try_from(v).unwrap_or(i64::MAX));
+    }
+    fn int4(&mut self, v: u32) {
+        self.0.put_i32(4);
+        self.0.put_i32(i32::try_from(v).unwrap_or(i32::MAX));
+    }
+    fn int2(&mut self, v: u8) {
+        self.0.put_i32(2);
+        self.0.put_i16(i16::from(v));
+    }
+    fn text(&mut self, s: &str) {
+        self.0.put_i32(s.len() as i32);
+        self.0.put_slice(s.as_bytes());
+    }
+    /// A `timestamptz` (microseconds: PostgreSQL keeps no finer time; the nanoseconds are cut).
+    fn time(&mut self, ns: u64) {
+        self.0.put_i32(8);
+        self.0.put_i64(i64::try_from(ns / 1000).unwrap_or(i64::MAX) - PG_EPOCH_US);
+    }
+    /// An `inet` host address: family (2 IPv4, 3 IPv6), prefix length, not a CIDR, address length, address.
+    fn inet(&mut self, a: IpAddr) {
+        match a {
+            IpAddr::V4(v4) => {
+                self.0.put_i32(8);
+                self.0.put_slice(&[2, 32, 0, 4]);
+                self.0.put_slice(&v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                self.0.put_i32(20);
+                self.0.put_slice(&[3, 128, 0, 16]);
+                self.0.put_slice(&v6.octets());
+            }
+        }
+    }
+    fn opt<T>(&mut self, v: Option<T>, put: impl FnOnce(&mut Copy, T)) {
+        match v {
+            Some(v) => put(self, v),
+            None => self.null(),
+        }
+    }
+}
+
+/// The flow table's columns, in the order [`flow_row`] writes them.
+const FLOW_COPY: &str = "sensor, store, segment, flow_id, ts, duration_ns, orig_h, orig_p, resp_h, resp_p, \
+     proto, vlan, conn_state, orig_pkts, orig_bytes, orig_payload, orig_flags, resp_pkts, resp_bytes, resp_payload, \
+     resp_flags";
+
+fn flow_row(c: &mut Copy, (sensor, store, segment): (&str, &str, u32), f: &Flow) {
+    let (oh, op) = f.orig_endpoint();
+    let (rh, rp) = f.resp_endpoint();
+    c.fields(21);
+    c.text(sensor);
+    c.text(store);
+    c.int8(u64::from(segment));
+    c.int8(f.id);
+    c.time(f.first_ns);
+    c.int8(f.last_ns.saturating_sub(f.first_ns));
+    c.inet(oh);
+    c.int4(u32::from(op));
+    c.inet(rh);
+    c.int4(u32::from(rp));
+    c.int2(f.key.proto.0);
+    c.int4(u32::from(f.key.vlan));
+    c.text(f.state.name());
+    for side in [&f.orig, &f.resp] {
+        c.int8(side.packets);
+        c.int8(side.bytes);
+        c.int8(side.payload);
+        c.int2(side.flags);
+    }
+}
+
+/// The packet table's columns, in the order [`packet_row`] writes them.
+const PACKET_COPY: &str = "sensor, store, segment, seq, flow_id, ts, caplen, wirelen, iface, src_h, src_p, dst_h, dst_p, proto, vlan, tcp_flags";
+
+fn packet_row(c: &mut Copy, (sensor, store, segment): (&str, &str, u32), p: &PacketRow) {
+    c.fields(16);
+    c.text(sensor);
+    c.text(store);
+    c.int8(u64::from(segment));
+    c.int8(p.seq);
+    c.opt(p.flow_id, Copy::int8);
+    c.time(p.ts_ns);
+    c.int4(p.caplen);
+    c.int4(p.wirelen);
+    c.int4(p.iface);
+    c.opt(p.src, Copy::inet);
+    c.opt(p.sport.map(u32::from), Copy::int4);
+    c.opt(p.dst, Copy::inet);
+    c.opt(p.dport.map(u32::from), Copy::int4);
+    c.opt(p.proto, Copy::int2);
+    c.int4(u32::from(p.vlan));
+    c.opt(p.tcp_flags, Copy::int2);
+}
+
+/// Loads one segment's rows in one transaction: the tables it has rows for emptied of the segment's rows, the
+/// rows copied in, the segment recorded.
+async fn load(client: &mut Client, s: &str, opts: &PostgresExport, e: Encoded) -> Result<ExportedSegment, ExportError> {
+    let doing = format!("loading segment {}", e.segment);
+    let pg = |source| ExportError::Postgres { doing: doing.clone(), source };
+    let segment = i64::from(e.segment);
+    let t = client.transaction().await.map_err(pg)?;
+    let mut done = ExportedSegment {
+        sensor: opts.sensor.clone(),
+        store: opts.store.clone(),
+        segment: e.segment,
+        flows: None,
+        packets: None,
+    };
+    for (table, columns, rows, slot) in
+        [("flows", FLOW_COPY, e.flows, &mut done.flows), ("packets", PACKET_COPY, e.packets, &mut done.packets)]
+    {
+        let Some((n, pieces)) = rows else { continue };
+        t.execute(
+            &format!("DELETE FROM {s}.{table} WHERE sensor = $1 AND store = $2 AND segment = $3"),
+            &[&opts.sensor, &opts.store, &segment],
+        )
+        .await
+        .map_err(pg)?;
+        let sink = t
+            .copy_in::<_, Bytes>(&format!("COPY {s}.{table} ({columns}) FROM STDIN (FORMAT binary)"))
+            .await
+            .map_err(pg)?;
+        futures_util::pin_mut!(sink);
+        let mut bytes = 0;
+        for piece in pieces {
+            bytes += piece.len() as u64;
+            sink.send(piece).await.map_err(pg)?;
+        }
+        let copied = sink.finish().await.map_err(pg)?;
+        debug_assert_eq!(copied, n);
+        *slot = Some(Written { rows: copied, files: Vec::new(), bytes });
+    }
+    let count = |w: &Option<Written>| w.as_ref().map(|w| w.rows as i64);
+    t.execute(
+        &format!(
+            "INSERT INTO {s}.segments (sensor, store, segment, flows, packets) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (sensor, store, segment) DO UPDATE SET flows = COALESCE(EXCLUDED.flows, segments.flows), \
+             packets = COALESCE(EXCLUDED.packets, segments.packets), exported_at = now()"
+        ),
+        &[&opts.sensor, &opts.store, &segment, &count(&done.flows), &count(&done.packets)],
+    )
+    .await
+    .map_err(pg)?;
+    t.commit().await.map_err(pg)?;
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_postgres::types::{ToSql, Type};
+
+    /// Each field as tokio-postgres's own encoder writes it.
+    fn theirs(v: &(dyn ToSql + Sync), t: &Type) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        v.to_sql_checked(t, &mut b).unwrap();
+        let mut out = (b.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(&b);
+        out
+    }
+
+    #[test]
+    fn fields_are_postgres_binary_forms() {
+        let mut c = Copy(BytesMut::new());
+        for a in ["192.0.2.1", "2001:db8::1", "::ffff:10.0.0.1"] {
+            let a: IpAddr = a.parse().unwrap();
+            c.0.clear();
+            c.inet(a);
+            assert_eq!(&c.0[..], &theirs(&a, &Type::INET)[..], "{a}");
+        }
+        for (v, put) in [(0u64, Copy::int8 as fn(&mut Copy, u64)), (u64::MAX, Copy::int8)] {
+            c.0.clear();
+            put(&mut c, v);
+            assert_eq!(&c.0[..], &theirs(&i64::try_from(v).unwrap_or(i64::MAX), &Type::INT8)[..]);
+        }
+        c.0.clear();
+        c.int4(65535);
+        assert_eq!(&c.0[..], &theirs(&65535i32, &Type::INT4)[..]);
+        c.0.clear();
+        c.int2(255);
+        assert_eq!(&c.0[..], &theirs(&255i16, &Type::INT2)[..]);
+        c.0.clear();
+        c.text("S0");
+        assert_eq!(&c.0[..], &theirs(&"S0", &Type::TEXT)[..]);
+        // 2000-01-01T00:00:00.000001999Z is PostgreSQL's microsecond 1.
+        c.0.clear();
+        c.time(946_684_800_000_001_999);
+        assert_eq!(&c.0[..], &[0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1]);
+        c.0.clear();
+        c.opt(None::<u64>, Copy::int8);
+        assert_eq!(&c.0[..], &(-1i32).to_be_bytes());
+    }
+
+    #[test]
+    fn rows_are_cut_into_pieces_with_one_header_and_trailer() {
+        let rows: Vec<u32> = (0..500_000).collect();
+        let pieces = encode(&rows, |c, &r| {
+            c.fields(1);
+            c.int4(r);
+        });
+        assert!(pieces.len() > 1);
+        let all: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(&all[..11], b"PGCOPY\n\xff\r\n\0");
+        assert_eq!(all.len(), 19 + 500_000 * 10 + 2);
+        assert_eq!(&all[all.len() - 2..], &[0xff, 0xff]);
+        assert!(pieces[..pieces.len() - 1].iter().all(|p| p.len() >= PIECE));
+    }
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        for ok in ["pcaptool", "_x", "a1_b"] {
+            assert!(check_schema(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "1a", "A", "a-b", "a;drop", "a\"b", &"x".repeat(64)] {
+            assert!(check_schema(bad).is_err(), "{bad}");
+        }
+    }
+}
