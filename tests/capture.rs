@@ -575,3 +575,56 @@ fn af_xdp_captures_byte_for_byte() {
     assert_eq!(s["pcaptool_drops"].as_u64(), Some(0));
     println!("af_xdp: {} packets stored byte for byte ({})", sent.len(), s["backend"]);
 }
+
+/// `capture --export DIR`: segments are exported to Parquet while the capture runs (as they close), the last
+/// ones when it ends; `pcaptool export` over the same store and directory then finds nothing left, and the rows
+/// count every packet written.
+#[test]
+fn capture_exports_segments_as_they_close() {
+    let Some(pair) = pair("x") else { return };
+    let tmp = TempDir::new("capture-export");
+    let (trace, sent) = traffic(&tmp, 3000);
+    let (store, out) = (tmp.join("store"), tmp.join("export"));
+    let extra = ["--flush-every", "1s", "--export", out.to_str().unwrap(), "--export-packets", "--sensor", "cap-1"];
+    let (mut child, lines) = start_capture(&pair, &pair.b, &pair.vb, &store, &extra);
+    replay(&pair, &trace, 3000);
+    // Exported while the capture runs: the manifest lists a segment within seconds of the last packet.
+    let manifest = out.join("_pcaptool_manifest.json");
+    let t = Instant::now();
+    while !manifest.exists() && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if let Some(status) = child.try_wait().unwrap() {
+        let said: Vec<String> = lines.try_iter().collect();
+        panic!("capture ended ({status}) before this test stopped it, saying {said:?}");
+    }
+    assert!(manifest.exists(), "no segment exported while capturing");
+    let o = run(Command::new("kill").args(["-INT", &child.id().to_string()]));
+    assert!(o.status.success());
+    let status = wait(&mut child, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(200));
+    let said: Vec<String> = lines.try_iter().collect();
+    assert!(status.success(), "SIGINT ends the capture and its export cleanly: {said:?}");
+    assert!(said.iter().any(|l| l.contains("exported to")), "{said:?}");
+    // Every segment is exported, flows and packets, under the store directory's name.
+    let o = run(Command::new(pcaptool_bin())
+        .arg("export")
+        .arg(&store)
+        .args(["--to", "parquet", "--out"])
+        .arg(&out)
+        .args(["--sensor", "cap-1", "--packets", "--json"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(summary["segments"].as_u64(), Some(0), "left for a later export: {summary}");
+    assert!(summary["already_exported"].as_u64().unwrap() >= 1, "{summary}");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let packets: u64 = m["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .inspect(|s| assert_eq!((s["sensor"].as_str(), s["store"].as_str()), (Some("cap-1"), Some("store"))))
+        .map(|s| s["packets"]["rows"].as_u64().unwrap())
+        .sum();
+    assert_eq!(packets, sent.len() as u64, "packet rows of every packet captured");
+}

@@ -571,3 +571,46 @@ fn postgres_errors_say_what_failed() {
         pcaptool(&["export", p(&store), "--to", "postgres", "--db", "postgresql://x@localhost/y", "--schema", "a;b"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("schema"), "a bad schema name");
 }
+
+#[test]
+fn a_trace_exports_as_its_import_would() {
+    let Some(py) = duckdb() else { return };
+    let dir = TempDir::new("export-trace");
+    let (trace, store) = generated_store(&dir);
+    let out = dir.join("export");
+    // The trace straight to Parquet, through a temporary store of the importer's (its default segments).
+    let lines = export(&trace, &out, &["--packets"]);
+    let summary = lines.last().unwrap();
+    assert_eq!((summary["store_id"].as_str(), int(&summary["packets"])), (Some("gen.pcap"), 40_000), "{summary}");
+    assert!(walk_names(&out).iter().all(|n| !n.contains("pcaptool-work")), "the temporary store is left");
+    // Its flows are those of the trace's import: the same figures, and the same ids for the same 5-tuples.
+    assert_eq!(from_duckdb(&py, &out), from_flows(&store));
+    let chosen = chosen_flow(&store);
+    let id = &sql(
+        &py,
+        &out,
+        &format!(
+            "select distinct flow_id from flows where orig_h = '{}' and orig_p = {} and resp_p = {}",
+            chosen["orig_h"].as_str().unwrap(),
+            int(&chosen["orig_p"]),
+            int(&chosen["resp_p"])
+        ),
+    );
+    assert_eq!(id, &vec![vec![chosen["id"].clone()]], "the flow's id");
+    // A packet row's `seq` is its position in the trace.
+    let want = pcaptool_tests::records_us(&trace);
+    let rows =
+        sql(&py, &out, "select seq, epoch_ns(ts) // 1000, wirelen from packets where seq % 997 = 0 order by seq");
+    assert!(rows.len() > 30);
+    for r in &rows {
+        let k = int(&r[0]) as usize;
+        assert_eq!((int(&r[1]), int(&r[2])), (want[k].0, u64::from(want[k].1)), "packet {k}");
+    }
+    // A second run finds every segment exported.
+    let again = export(&trace, &out, &["--packets"]);
+    assert_eq!((int(&again[0]["segments"]), int(&again[0]["already_exported"]) > 0), (0, true), "{again:?}");
+    // Neither a store nor a trace: one line that says so.
+    let o = pcaptool(&["export", p(&dir.join("nothing")), "--to", "parquet", "--out", p(&out)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("neither a flow store"), "{err}");
+}

@@ -96,6 +96,16 @@ pub(crate) struct Args {
     /// needs TLS and --tokens or --client-ca.
     #[arg(long, value_name = "ADDR")]
     serve: Option<std::net::SocketAddr>,
+    /// Export each segment's flows to Parquet under this directory as it closes (as `pcaptool export --to
+    /// parquet --out DIR` does, looking every --flush-every), and the last ones when the capture ends.
+    #[arg(long, value_name = "DIR")]
+    export: Option<PathBuf>,
+    /// With --export: one row per packet too.
+    #[arg(long, requires = "export")]
+    export_packets: bool,
+    /// With --export: the sensor's name, the first partition level (default: this host's name).
+    #[arg(long, value_name = "NAME", requires = "export")]
+    sensor: Option<String>,
     #[command(flatten)]
     service: crate::cmd::serve::ServiceArgs,
 }
@@ -213,6 +223,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let counters = service.as_ref().map(|(_, s)| s.clone());
+    let exporter = match &args.export {
+        Some(out) => Some(crate::cmd::export::CaptureExport::start(
+            &args.store,
+            out,
+            args.sensor.clone(),
+            args.export_packets,
+            args.flush_every,
+        )?),
+        None => None,
+    };
     let kinds = ifaces
         .iter()
         .map(|i| {
@@ -319,10 +339,38 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let (_, segments) = finished.with_context(|| format!("cannot write to the store {}", args.store.display()))?;
+    // The capture is on disk whatever the export does: an export that fails says how to finish it.
+    let exported = exporter.map(|e| {
+        let out = e.out().to_path_buf();
+        let done = e.finish().with_context(|| {
+            format!(
+                "the capture is stored, but its export is not complete: `pcaptool export {} --to parquet --out {}` \
+                 finishes it",
+                args.store.display(),
+                out.display()
+            )
+        });
+        (out, done)
+    });
+    let (exported, export_error) = match exported {
+        Some((out, Ok(done))) => (Some((out, done)), None),
+        Some((_, Err(e))) => (None, Some(e)),
+        None => (None, None),
+    };
     if json {
-        outln!("{}", stats_json(&summary, "summary"));
+        let mut line = stats_json(&summary, "summary");
+        if let Some((out, (segments, flows))) = &exported {
+            line["export"] = serde_json::json!({ "out": out, "segments": segments, "flows": flows });
+        }
+        outln!("{line}");
     } else {
         eprintln!("pcaptool: {summary}; {segments} segments written to {}", args.store.display());
+        if let Some((out, (segments, flows))) = &exported {
+            eprintln!("pcaptool: {flows} flow rows of {segments} segments exported to {}", out.display());
+        }
+    }
+    if let Some(e) = export_error {
+        return Err(e);
     }
     let t = summary.total();
     if t.kernel_drops + t.dropped > 0 {

@@ -23,8 +23,13 @@ pub(crate) enum Target {
 /// Arguments of `pcaptool export`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The flow store to export.
+    /// The flow store to export, or a trace (pcap or pcapng, possibly compressed): a trace is imported first into
+    /// a temporary store (the importer's flow tracking and segments), which is removed afterwards.
     store: PathBuf,
+    /// Where a trace's temporary store goes (default: a hidden directory in --out, or the system's temporary
+    /// directory for --to postgres); it takes about the trace's size.
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
     /// What to export to.
     #[arg(long, value_enum)]
     to: Target,
@@ -62,19 +67,33 @@ fn tidy(name: &str) -> String {
     if t.is_empty() { "local".to_string() } else { t }
 }
 
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     tidy(&std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default())
 }
 
-fn dir_name(dir: &Path) -> String {
+pub(crate) fn dir_name(dir: &Path) -> String {
     let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     tidy(&canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = crate::cmd::store::open_store(&args.store, false)?;
+    let work = if args.store.is_dir() {
+        None
+    } else {
+        let under = match (&args.work_dir, args.to, &args.out) {
+            (Some(d), _, _) => d.clone(),
+            (None, Target::Parquet, Some(out)) => out.clone(),
+            _ => std::env::temp_dir(),
+        };
+        Some(WorkStore::import(&args.store, &under)?)
+    };
+    let store_dir = work.as_ref().map_or(args.store.as_path(), |w| w.dir.as_path());
+    let store = crate::cmd::store::open_store(store_dir, false)?;
     let sensor = args.sensor.unwrap_or_else(host_name);
-    let store_id = args.store_id.unwrap_or_else(|| dir_name(&args.store));
+    let store_id = args.store_id.unwrap_or_else(|| match &work {
+        Some(_) => tidy(&args.store.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()),
+        None => dir_name(&args.store),
+    });
     let pb = progress::items(store.segments().len() as u64, "export");
     let started = Instant::now();
     let json = args.json;
@@ -153,4 +172,142 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A trace's temporary store, removed when dropped (and, if a killed run left one, by the next run under the
+/// same directory).
+struct WorkStore {
+    dir: PathBuf,
+}
+
+/// The prefix of a temporary store's directory name; the process id follows.
+const WORK_PREFIX: &str = ".pcaptool-work-";
+
+impl WorkStore {
+    /// Imports `trace` into a new store under `under`, with the importer's progress bar; says what a damaged
+    /// trace lost.
+    fn import(trace: &Path, under: &Path) -> anyhow::Result<WorkStore> {
+        if !trace.is_file() {
+            anyhow::bail!("{} is neither a flow store (a directory) nor a trace file", trace.display());
+        }
+        std::fs::create_dir_all(under).with_context(|| format!("cannot create {}", under.display()))?;
+        // Stores a killed run left: their process is gone.
+        for e in std::fs::read_dir(under).with_context(|| format!("cannot read {}", under.display()))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix(WORK_PREFIX).and_then(|p| p.parse::<u32>().ok())
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let work = WorkStore { dir: under.join(format!("{WORK_PREFIX}{}", std::process::id())) };
+        let _ = std::fs::remove_dir_all(&work.dir);
+        let mut store = crate::cmd::store::open_writer(&work.dir, true)?;
+        let total = std::fs::metadata(trace).ok().map(|m| m.len());
+        let pb = progress::bytes(total, "import");
+        let stats = store
+            .import(trace, &pcaptool_flowstore::ImportOptions::default(), &mut |at| pb.set_position(at))
+            .with_context(|| {
+            format!("cannot read {} (into a temporary store in {})", trace.display(), under.display())
+        })?;
+        pb.finish_and_clear();
+        if let Some(d) = &stats.damage {
+            eprintln!(
+                "pcaptool: warning: {}: {}; the {} packets before it are exported",
+                trace.display(),
+                pcaptool_packet::Chain(d),
+                stats.packets
+            );
+        }
+        Ok(work)
+    }
+}
+
+impl Drop for WorkStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A capture's exporter (`pcaptool capture --export DIR`): a thread that exports the store's closed segments to
+/// Parquet as they appear (looking every `every`, on one thread of its own so that it never takes more than one
+/// processor from the capture), and exports the rest when the capture ends.
+pub(crate) struct CaptureExport {
+    store: PathBuf,
+    opts: ParquetExport,
+    wake: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CaptureExport {
+    /// Checks the names and starts the thread.
+    pub(crate) fn start(
+        store: &Path,
+        out: &Path,
+        sensor: Option<String>,
+        packets: bool,
+        every: std::time::Duration,
+    ) -> anyhow::Result<CaptureExport> {
+        let sensor = sensor.unwrap_or_else(host_name);
+        let mut opts = ParquetExport::new(out, &sensor, &dir_name(store))?;
+        opts.packets = packets;
+        let wake = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let thread = {
+            let (store, opts, wake) = (store.to_path_buf(), opts.clone(), wake.clone());
+            std::thread::Builder::new().name("export".into()).spawn(move || {
+                let mut said = None;
+                loop {
+                    let (stop, cv) = &*wake;
+                    let guard = stop.lock().unwrap_or_else(|e| e.into_inner());
+                    let (guard, _) = cv.wait_timeout_while(guard, every, |s| !*s).unwrap_or_else(|e| e.into_inner());
+                    if *guard {
+                        return;
+                    }
+                    drop(guard);
+                    // A failure (a full disk under DIR) must not stop the capture: said once, tried again later,
+                    // and the final export reports it.
+                    if let Err(e) = export_once(&store, &opts) {
+                        let text = format!("{e:#}");
+                        if said.as_ref() != Some(&text) {
+                            eprintln!("pcaptool: warning: exporting while capturing: {text} (trying again)");
+                            said = Some(text);
+                        }
+                    }
+                }
+            })?
+        };
+        Ok(CaptureExport { store: store.to_path_buf(), opts, wake, thread: Some(thread) })
+    }
+
+    /// Stops the thread and exports what it has not (the capture's last segments): what was exported by the
+    /// thread and now, in segments and flow rows.
+    pub(crate) fn finish(mut self) -> anyhow::Result<(usize, u64)> {
+        let (stop, cv) = &*self.wake;
+        *stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        export_once(&self.store, &self.opts)?;
+        let manifest = pcaptool_export::Manifest::load(&self.opts.out)?;
+        let mine = manifest.segments().iter().filter(|s| s.sensor == self.opts.sensor && s.store == self.opts.store);
+        let (segments, flows) = mine.fold((0, 0), |(n, f), s| (n + 1, f + s.flows.as_ref().map_or(0, |w| w.rows)));
+        Ok((segments, flows))
+    }
+
+    /// The export directory.
+    pub(crate) fn out(&self) -> &Path {
+        &self.opts.out
+    }
+}
+
+/// One pass of a capture's exporter: the store opened as a reader (the capture's closed segments), its segments
+/// not yet exported exported on one thread.
+fn export_once(store: &Path, opts: &ParquetExport) -> anyhow::Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).thread_name(|_| "export".into()).build()?;
+    let store_dir = store;
+    let store = crate::cmd::store::open_store(store, false)?;
+    pool.install(|| export_parquet(&store, opts, &mut |_| ()))
+        .with_context(|| format!("cannot export {} to {}", store_dir.display(), opts.out.display()))?;
+    Ok(())
 }
