@@ -34,6 +34,8 @@ pub struct PostgresExport {
     pub store: String,
     /// Whether to load one row per packet too, for segments whose packets are not loaded yet.
     pub packets: bool,
+    /// Connections loading segments side by side (at least 1).
+    pub connections: usize,
 }
 
 impl PostgresExport {
@@ -48,6 +50,7 @@ impl PostgresExport {
             sensor: sensor.to_string(),
             store: store.to_string(),
             packets: false,
+            connections: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
         })
     }
 }
@@ -61,12 +64,16 @@ fn check_schema(schema: &str) -> Result<(), ExportError> {
     if ok { Ok(()) } else { Err(ExportError::Name { what: "schema", name: schema.to_string() }) }
 }
 
-/// The tables, their indexes, and the c-query, in schema `{s}` (idempotent).
+/// The tables, their indexes, and the c-query, in schema `{s}` (idempotent). The names in the keys compare
+/// byte by byte (`COLLATE "C"`), whatever the database's locale. A flow's key leads with its id (after the
+/// names) so that one index serves both a flow's rows and the uniqueness of each segment's part: indexes are
+/// most of a load's time (`COPY` of 325,906 flows from psql: 0.55 s into the bare table, 1.18 s with the key
+/// alone, 3.5 s with the key, four more B-trees and a BRIN).
 const DDL: &str = r#"
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE IF NOT EXISTS {s}.segments (
-    sensor text NOT NULL,
-    store text NOT NULL,
+    sensor text COLLATE "C" NOT NULL,
+    store text COLLATE "C" NOT NULL,
     segment bigint NOT NULL,
     flows bigint,
     packets bigint,
@@ -74,8 +81,8 @@ CREATE TABLE IF NOT EXISTS {s}.segments (
     PRIMARY KEY (sensor, store, segment)
 );
 CREATE TABLE IF NOT EXISTS {s}.flows (
-    sensor text NOT NULL,
-    store text NOT NULL,
+    sensor text COLLATE "C" NOT NULL,
+    store text COLLATE "C" NOT NULL,
     segment bigint NOT NULL,
     flow_id bigint NOT NULL,
     ts timestamptz NOT NULL,
@@ -95,16 +102,15 @@ CREATE TABLE IF NOT EXISTS {s}.flows (
     resp_bytes bigint NOT NULL,
     resp_payload bigint NOT NULL,
     resp_flags smallint NOT NULL,
-    PRIMARY KEY (sensor, store, segment, flow_id)
+    PRIMARY KEY (sensor, store, flow_id, segment)
 );
 CREATE INDEX IF NOT EXISTS flows_ts ON {s}.flows USING brin (ts);
 CREATE INDEX IF NOT EXISTS flows_orig_h ON {s}.flows (orig_h);
 CREATE INDEX IF NOT EXISTS flows_resp_h ON {s}.flows (resp_h);
 CREATE INDEX IF NOT EXISTS flows_resp_p ON {s}.flows (resp_p);
-CREATE INDEX IF NOT EXISTS flows_flow ON {s}.flows (sensor, store, flow_id);
 CREATE TABLE IF NOT EXISTS {s}.packets (
-    sensor text NOT NULL,
-    store text NOT NULL,
+    sensor text COLLATE "C" NOT NULL,
+    store text COLLATE "C" NOT NULL,
     segment bigint NOT NULL,
     seq bigint NOT NULL,
     flow_id bigint,
@@ -164,7 +170,7 @@ pub fn export_postgres(
         .enable_all()
         .build()
         .map_err(|e| ExportError::io(std::path::Path::new("tokio runtime"), e))?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Encoded, ExportError>>(2);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Encoded, ExportError>>(2);
     std::thread::scope(|scope| {
         runtime.block_on(async {
             let (mut client, connection) = config.connect(NoTls).await.map_err(pg("connecting"))?;
@@ -208,25 +214,52 @@ pub fn export_postgres(
                     already += 1;
                 }
             }
-            // Read and encode on rayon's threads; load here, one segment at a time.
+            // Read and encode on rayon's threads; load over `connections` connections, a segment at a time on
+            // each (the server then spreads the index work over its processors). The first connection holds the
+            // lock until all are done.
             scope.spawn(move || {
                 let _ = pending.par_iter().try_for_each(|&(seg, tables)| {
                     let encoded = encode_segment(store, seg, tables, opts);
                     tx.blocking_send(encoded).map_err(|_| ())
                 });
             });
-            let mut exported = Vec::new();
-            while let Some(encoded) = rx.recv().await {
-                let done = load(&mut client, s, opts, encoded?).await?;
-                on_segment(&done);
-                exported.push(done);
+            let mut clients = vec![client];
+            let mut conns = vec![conn];
+            for _ in 1..opts.connections.max(1) {
+                let (client, connection) = config.connect(NoTls).await.map_err(pg("connecting"))?;
+                conns.push(tokio::spawn(connection));
+                clients.push(client);
             }
-            drop(client);
-            let _ = conn.await;
+            let rx = tokio::sync::Mutex::new(rx);
+            let finished = std::sync::Mutex::new((Vec::new(), on_segment));
+            let loaders = clients.iter_mut().map(|client| {
+                let (rx, finished) = (&rx, &finished);
+                async move {
+                    loop {
+                        let next = rx.lock().await.recv().await;
+                        let Some(encoded) = next else { return Ok::<(), ExportError>(()) };
+                        let done = load(client, s, opts, encoded?).await?;
+                        let mut f = finished.lock().unwrap_or_else(|e| e.into_inner());
+                        (f.1)(&done);
+                        f.0.push(done);
+                    }
+                }
+            });
+            let loaded = futures_util::future::try_join_all(loaders).await;
+            drop(clients);
+            for conn in conns {
+                let _ = conn.await;
+            }
+            loaded?;
+            let mut exported = finished.into_inner().unwrap_or_else(|e| e.into_inner()).0;
             exported.sort_by_key(|e| e.segment);
             Ok(Summary { exported, already })
         })
     })
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// The per-store lock's key: a hash of the sensor's and store's names.
@@ -238,6 +271,8 @@ fn lock_key(sensor: &str, store: &str) -> i32 {
 /// A segment's rows in `COPY`'s binary format, in pieces of about [`PIECE`] bytes.
 struct Encoded {
     segment: u32,
+    /// The least and greatest flow id of its flows.
+    flow_ids: (u64, u64),
     flows: Option<(u64, Vec<Bytes>)>,
     packets: Option<(u64, Vec<Bytes>)>,
 }
@@ -253,9 +288,11 @@ fn encode_segment(store: &Store, seg: &Segment, tables: Tables, opts: &PostgresE
         source,
     })?;
     let names = (opts.sensor.as_str(), opts.store.as_str(), number);
+    let ids = rows.flows.iter().map(|f| f.id);
+    let flow_ids = (ids.clone().min().unwrap_or(0), ids.max().unwrap_or(0));
     let flows = tables.flows.then(|| (rows.flows.len() as u64, encode(&rows.flows, |c, f| flow_row(c, names, f))));
     let packets = rows.packets.map(|p| (p.len() as u64, encode(&p, |c, r| packet_row(c, names, r))));
-    Ok(Encoded { segment: number, flows, packets })
+    Ok(Encoded { segment: number, flow_ids, packets, flows })
 }
 
 /// Rows in `COPY`'s binary format: the header, each row by `row`, the trailer; cut into pieces.
@@ -404,12 +441,27 @@ async fn load(client: &mut Client, s: &str, opts: &PostgresExport, e: Encoded) -
         [("flows", FLOW_COPY, e.flows, &mut done.flows), ("packets", PACKET_COPY, e.packets, &mut done.packets)]
     {
         let Some((n, pieces)) = rows else { continue };
-        t.execute(
-            &format!("DELETE FROM {s}.{table} WHERE sensor = $1 AND store = $2 AND segment = $3"),
-            &[&opts.sensor, &opts.store, &segment],
-        )
-        .await
-        .map_err(pg)?;
+        // The segment's rows of a load before (its `segments` row struck by hand): found by the key's prefix,
+        // the flows' through their ids' range.
+        let (lo, hi) = (to_i64(e.flow_ids.0), to_i64(e.flow_ids.1));
+        if table == "flows" {
+            t.execute(
+                &format!(
+                    "DELETE FROM {s}.flows WHERE sensor = $1 AND store = $2 AND flow_id BETWEEN $4 AND $5 AND \
+                     segment = $3"
+                ),
+                &[&opts.sensor, &opts.store, &segment, &lo, &hi],
+            )
+            .await
+            .map_err(pg)?;
+        } else {
+            t.execute(
+                &format!("DELETE FROM {s}.packets WHERE sensor = $1 AND store = $2 AND segment = $3"),
+                &[&opts.sensor, &opts.store, &segment],
+            )
+            .await
+            .map_err(pg)?;
+        }
         let sink = t
             .copy_in::<_, Bytes>(&format!("COPY {s}.{table} ({columns}) FROM STDIN (FORMAT binary)"))
             .await

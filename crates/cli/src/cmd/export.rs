@@ -44,6 +44,9 @@ pub(crate) struct Args {
     /// The PostgreSQL schema that holds the tables (created if missing).
     #[arg(long, value_name = "NAME", default_value = "pcaptool")]
     schema: String,
+    /// PostgreSQL connections loading segments side by side (default: this machine's processors, at most 4).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    connections: Option<u16>,
     /// Export one row per packet too (time, lengths, 5-tuple, TCP flags, flow id), for the segments whose packets
     /// are not exported yet.
     #[arg(long)]
@@ -131,6 +134,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let db = db.context("--to postgres needs --db URL (or PCAPTOOL_DATABASE_URL)")?;
             let mut opts = PostgresExport::new(&db, &sensor, &store_id)?;
             opts.schema = args.schema.clone();
+            if let Some(n) = args.connections {
+                opts.connections = usize::from(n);
+            }
             opts.packets = args.packets;
             let s = export_postgres(&store, &opts, &mut on_segment);
             (
