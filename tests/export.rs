@@ -356,10 +356,57 @@ fn corpus_stores_export_what_their_flow_tables_hold() {
     }
     assert!(imported >= 50, "only {imported} corpus captures imported");
     let out = dir.join("export");
-    export(&store, &out, &[]);
+    let summary = export(&store, &out, &["--packets"]);
     let (got, want) = (from_duckdb(&py, &out), from_flows(&store));
     assert!(want.flows > 100, "{} flows", want.flows);
     assert_eq!(got, want, "DuckDB over the corpus store's export against `pcaptool flows --json`");
+    // Every packet once, those of flows adding up to the flow table's counts, whatever the link type.
+    let packets = &sql(
+        &py,
+        &out,
+        "select count(*), count(distinct seq), count(*) filter (where flow_id is not null) from packets",
+    )[0];
+    let n = int(&summary.last().unwrap()["packets"]);
+    assert_eq!((int(&packets[0]), int(&packets[1]), int(&packets[2])), (n, n, want.packets), "packet rows");
+
+    // PostgreSQL holds the same rows as the Parquet files, column by column.
+    let Some(url) = postgres() else { return };
+    let db = Schema::new(&url, "corpus");
+    ok(db.export(&store, &["--packets"]), "export --to postgres");
+    let s = &db.name;
+    let flow_cols = "segment, flow_id, {ts}, duration_ns, {orig_h}, orig_p, {resp_h}, resp_p, proto, vlan, conn_state, \
+         orig_pkts, orig_bytes, orig_payload, orig_flags, resp_pkts, resp_bytes, resp_payload, resp_flags";
+    let packet_cols = "segment, seq, coalesce(flow_id::text, '-'), {ts}, caplen, wirelen, iface, \
+         coalesce({src_h}, '-'), coalesce(src_p::text, '-'), coalesce({dst_h}, '-'), coalesce(dst_p::text, '-'), \
+         coalesce(proto::text, '-'), vlan, coalesce(tcp_flags::text, '-')";
+    for (table, cols, order) in [("flows", flow_cols, "segment, flow_id"), ("packets", packet_cols, "segment, seq")] {
+        let duck = cols
+            .replace("{ts}", "epoch_ns(ts) // 1000")
+            .replace("{orig_h}", "orig_h")
+            .replace("{resp_h}", "resp_h")
+            .replace("{src_h}", "src_h")
+            .replace("{dst_h}", "dst_h");
+        let pg = cols
+            .replace("{ts}", "(extract(epoch from ts) * 1000000)::bigint")
+            .replace("{orig_h}", "host(orig_h)")
+            .replace("{resp_h}", "host(resp_h)")
+            .replace("{src_h}", "host(src_h)")
+            .replace("{dst_h}", "host(dst_h)");
+        let from_duck: Vec<String> =
+            sql(&py, &out, &format!("select concat_ws('|', {duck}) from {table} order by {order}"))
+                .into_iter()
+                .map(|r| r[0].as_str().unwrap().to_string())
+                .collect();
+        let from_pg: Vec<String> = db
+            .sql(&format!("select concat_ws('|', {pg}) c0 from {s}.{table} order by {order}"))
+            .into_iter()
+            .map(|r| r[0].as_str().unwrap().to_string())
+            .collect();
+        assert!(from_duck.len() as u64 >= want.flows, "{table}: {} rows", from_duck.len());
+        if let Some(i) = (0..from_duck.len().max(from_pg.len())).find(|&i| from_duck.get(i) != from_pg.get(i)) {
+            panic!("{table}: row {i}: Parquet {:?}, PostgreSQL {:?}", from_duck.get(i), from_pg.get(i));
+        }
+    }
 }
 
 /// The PostgreSQL database the tests load (`PCAPTOOL_TEST_POSTGRES`, else the one .ci/setup makes), if `psql`

@@ -46,8 +46,8 @@ enum Command {
     Import(cmd::store::ImportArgs),
     /// List a flow store's flows (conn.log-like), optionally those a filter may match.
     Flows(cmd::store::FlowsArgs),
-    /// Export a flow store's flows as Parquet files partitioned by sensor, date and hour (for DuckDB, Spark,
-    /// Trino); a second run exports only the segments added since.
+    /// Export a flow store's (or a trace's) flows and packets as Parquet files partitioned by sensor, date and
+    /// hour (for DuckDB, Spark, Trino) or into PostgreSQL; a second run exports only the segments added since.
     Export(cmd::export::Args),
     /// Capture live traffic from network interfaces into a flow store.
     Capture(cmd::capture::Args),

@@ -62,6 +62,7 @@ impl pcaptool_engine::Progress for Bar {
 }
 
 /// A bar counting `total` items (segments, say), hidden when stderr is not a terminal or there are few.
+#[cfg_attr(not(feature = "export"), allow(dead_code))]
 pub(crate) fn items(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() || total < 2 {
         return ProgressBar::hidden();

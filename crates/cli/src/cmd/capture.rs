@@ -189,6 +189,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.queues == 0 {
         bail!("--queues must be at least 1");
     }
+    // Without the export feature, --export is refused before the store is made or the capture starts.
+    #[cfg(not(feature = "export"))]
+    if let Some(out) = &args.export {
+        crate::cmd::export::CaptureExport::start(&args.store, out, None, false, args.flush_every)?;
+    }
     let mut config = CaptureConfig::new(args.interfaces.clone());
     config.snaplen = args.snaplen;
     config.queues = args.queues;

@@ -2,6 +2,11 @@
 
 pub(crate) mod capture;
 pub(crate) mod convert;
+#[cfg(not(feature = "export"))]
+#[path = "export_off.rs"]
+pub(crate) mod export;
+#[cfg(feature = "export")]
+#[path = "export_on.rs"]
 pub(crate) mod export;
 pub(crate) mod index;
 pub(crate) mod info;
