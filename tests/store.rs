@@ -289,6 +289,30 @@ fn imports_flows_info_and_retention() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("is not a store directory") && err(&o).contains("pcaptool import"), "{}", err(&o));
     assert!(!missing.exists());
+    // Nor is a directory that is not a store taken for an empty one: reading it says so, and a store is not
+    // made among other files. An empty directory becomes a store.
+    let other = tmp.join("captures");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(&a, other.join("a.pcap")).unwrap();
+    for cmd in ["info", "flows"] {
+        let o = pcaptool(&[cmd, p(&other)]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}");
+        assert!(err(&o).contains("is not a store directory"), "{cmd}: {}", err(&o));
+    }
+    let o = pcaptool(&["query", p(&other), "tcp", "--count"]);
+    assert!(!o.status.success() && err(&o).contains("is not a store directory"), "{}", err(&o));
+    let o = pcaptool(&["import", p(&a), "--store", p(&other)]);
+    assert!(
+        !o.status.success() && err(&o).contains("a.pcap") && err(&o).contains("empty or new directory"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1, "the import wrote into the directory");
+    let empty = tmp.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = pcaptool(&["info", p(&empty)]);
+    assert_eq!(o.status.code(), Some(1), "an empty directory is no store to read either");
+    assert!(pcaptool(&["import", p(&a), "--store", p(&empty)]).status.success());
 
     let o = pcaptool(&["info", p(&dir), "--json"]);
     let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

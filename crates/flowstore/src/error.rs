@@ -87,6 +87,17 @@ pub enum StoreError {
         /// The path.
         dir: PathBuf,
     },
+    /// A store was to be made in a directory that holds other files.
+    #[error(
+        "{} holds files that are not a store's (such as {first}): a store needs an empty or new directory",
+        dir.display()
+    )]
+    ForeignDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// One of its files.
+        first: String,
+    },
     /// The trace is in the store already, imported whole.
     #[error(
         "{} is in the store already ({}, imported whole): importing it again would store its packets twice; \

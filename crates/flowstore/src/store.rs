@@ -238,6 +238,9 @@ impl Store {
     /// complete, so no completed one is lost. The lock is held until the store is dropped.
     pub fn open_writer(dir: &Path) -> Result<Store, StoreError> {
         check_dir(dir)?;
+        if let StoreDir::Foreign(first) = StoreDir::of(dir)? {
+            return Err(StoreError::ForeignDirectory { dir: dir.to_path_buf(), first });
+        }
         let lock = WriterLock::acquire(dir)?;
         let listing = Listing::of(dir)?;
         let mut repairs = Vec::new();
@@ -275,6 +278,9 @@ impl Store {
     /// the store, each with its files open, so a writer's retention removing one does not disturb it.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         check_dir(dir)?;
+        if !matches!(StoreDir::of(dir)?, StoreDir::Store) {
+            return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
+        }
         let mut store = Store::empty(dir);
         // A directory listed while segments are renamed into place may show a newer segment and not an older
         // one; listed again, anything complete below the newest seen must have been seen.
@@ -630,6 +636,31 @@ impl Store {
         let mut v: Vec<Flow> = by_id.into_values().collect();
         v.sort_by_key(|f| f.id);
         Ok(v)
+    }
+}
+
+/// What a directory holds, as a store sees it.
+#[derive(Debug, PartialEq, Eq)]
+enum StoreDir {
+    /// A store's files: its writer lock (every writer makes it), a segment's file, or its quarantine.
+    Store,
+    /// Nothing: a store can be made in it.
+    Empty,
+    /// Other files (one of them named), and nothing of a store's.
+    Foreign(String),
+}
+
+impl StoreDir {
+    fn of(dir: &Path) -> Result<StoreDir, StoreError> {
+        let mut other = None;
+        for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+            let name = entry.map_err(|e| StoreError::io(dir, e))?.file_name().to_string_lossy().into_owned();
+            if name == LOCK_FILE || name == QUARANTINE || segment_number(&name).is_some() {
+                return Ok(StoreDir::Store);
+            }
+            other.get_or_insert(name);
+        }
+        Ok(other.map_or(StoreDir::Empty, StoreDir::Foreign))
     }
 }
 
