@@ -124,6 +124,56 @@ fn unreadable_inputs_give_one_clear_line() {
     assert!(stderr_lines(&out)[0].contains("file ends inside the file magic"), "{:?}", stderr_lines(&out));
 }
 
+/// Like capinfos: `info a missing b` reports a and b, says what is wrong with the missing one on one line, and
+/// exits non-zero; `--json` lists all three. Errors name a file once: neither repeated nor lost.
+#[test]
+fn info_reports_every_file_and_errors_name_the_file_once() {
+    let (a, b) = (testdata("geneve.pcap"), testdata("tunnels.pcap"));
+    let missing = "/nonexistent/missing.pcap";
+    let out = pcaptool(&["info", p(&a), missing, p(&b)]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("geneve.pcap") && text.contains("tunnels.pcap"), "{text}");
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0], format!("pcaptool: error: {missing}: No such file or directory (os error 2)"));
+    let out = pcaptool(&["info", "--json", p(&a), missing, p(&b)]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files: Vec<&str> = v.as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert_eq!(files, [p(&a), missing, p(&b)]);
+    assert!(v[0]["packets"].as_u64().unwrap() > 0 && v[1]["error"].as_str().unwrap().contains("No such file"));
+
+    let dir = TempDir::new("cli-errors");
+    let out_file = dir.join("o.pcap");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let other = dir.join("captures");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(&a, other.join("a.pcap")).unwrap();
+    for args in [
+        vec!["convert", missing, p(&out_file)],
+        vec!["query", missing, "tcp", "--count"],
+        vec!["index", missing],
+        vec!["import", missing, "--store", p(&dir.join("st"))],
+        vec!["import", p(&a), "--store", p(&file)],
+        vec!["info", p(&other)],
+    ] {
+        let o = pcaptool(&args);
+        assert!(!o.status.success(), "{args:?}");
+        let lines = stderr_lines(&o);
+        assert_eq!(lines.len(), 1, "{args:?}: {lines:?}");
+        let named = if args.contains(&missing) {
+            missing.to_string()
+        } else if args[0] == "info" {
+            p(&other).to_string()
+        } else {
+            p(&file).to_string()
+        };
+        assert_eq!(lines[0].matches(named.as_str()).count(), 1, "{args:?}: the file named once: {}", lines[0]);
+    }
+}
+
 fn generated(dir: &TempDir, packets: u64) -> PathBuf {
     let path = dir.join("gen.pcap");
     let (bytes, _) = generate(Vec::new(), &GenOptions { packets, ..GenOptions::default() }).unwrap();

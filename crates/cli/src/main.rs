@@ -102,9 +102,26 @@ pub(crate) fn chain(err: &anyhow::Error) -> String {
     chain_of(&causes)
 }
 
-/// Messages joined by ": ".
+/// Messages joined by ": ", a cause's leading words left out when the message before ends with them (a file's
+/// name said by both: "cannot open x.pcap" then "x.pcap: No such file or directory").
 pub(crate) fn chain_of(causes: &[String]) -> String {
-    causes.join(": ")
+    let mut out = String::new();
+    for c in causes {
+        let mut c = c.as_str();
+        if !out.is_empty() {
+            if out.ends_with(c) {
+                continue;
+            }
+            if let Some((head, rest)) = c.split_once(": ")
+                && out.ends_with(head)
+            {
+                c = rest;
+            }
+            out.push_str(": ");
+        }
+        out.push_str(c);
+    }
+    out
 }
 
 pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {

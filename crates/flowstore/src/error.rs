@@ -3,6 +3,17 @@
 use std::io;
 use std::path::PathBuf;
 
+fn not_a_store(dir: &std::path::Path, holds: Option<&str>) -> String {
+    match holds {
+        Some(f) => format!("{} is not a store directory (it holds {f}, and none of a store's files)", dir.display()),
+        None => format!(
+            "{} is not a store directory: create one with `pcaptool import TRACE --store {}`",
+            dir.display(),
+            dir.display()
+        ),
+    }
+}
+
 /// What went wrong with a store: every variant names the file, and damage the offset and what was expected.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -82,10 +93,12 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// The path is not a store's directory.
-    #[error("{} is not a store directory: create one with `pcaptool import TRACE --store {}`", dir.display(), dir.display())]
+    #[error("{}", not_a_store(dir, holds.as_deref()))]
     NotAStore {
         /// The path.
         dir: PathBuf,
+        /// One of the files it holds, if it holds any (but none of a store's).
+        holds: Option<String>,
     },
     /// A store was to be made in a directory that holds other files.
     #[error(

@@ -278,8 +278,10 @@ impl Store {
     /// the store, each with its files open, so a writer's retention removing one does not disturb it.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         check_dir(dir)?;
-        if !matches!(StoreDir::of(dir)?, StoreDir::Store) {
-            return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
+        match StoreDir::of(dir)? {
+            StoreDir::Store => {}
+            StoreDir::Empty => return Err(StoreError::NotAStore { dir: dir.to_path_buf(), holds: None }),
+            StoreDir::Foreign(f) => return Err(StoreError::NotAStore { dir: dir.to_path_buf(), holds: Some(f) }),
         }
         let mut store = Store::empty(dir);
         // A directory listed while segments are renamed into place may show a newer segment and not an older
@@ -667,7 +669,7 @@ impl StoreDir {
 /// Refuses a path that is not a directory.
 fn check_dir(dir: &Path) -> Result<(), StoreError> {
     if !dir.is_dir() {
-        return Err(StoreError::NotAStore { dir: dir.to_path_buf() });
+        return Err(StoreError::NotAStore { dir: dir.to_path_buf(), holds: None });
     }
     Ok(())
 }

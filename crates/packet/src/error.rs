@@ -11,6 +11,9 @@ pub enum ErrorKind {
     /// The operating system reported an error.
     #[error("I/O error")]
     Io(#[from] io::Error),
+    /// The file could not be opened (or its size read, or it mapped).
+    #[error("cannot open it")]
+    Open(#[source] io::Error),
     /// The first bytes are neither a pcap, a pcapng nor a supported compressed-stream magic.
     #[error(
         "not a capture file: first bytes are {found:02x?}, expected a pcap magic (a1b2c3d4, a1b23c4d, a1b2cd34 in either byte order), \
@@ -146,17 +149,21 @@ impl TraceError {
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.path {
-            Some(p) => write!(f, "{}: ", p.display())?,
-            None => f.write_str("<stdin>: ")?,
+            Some(p) => write!(f, "{}", p.display())?,
+            None => f.write_str("<stdin>")?,
         }
-        write!(f, "at byte {}: {}", self.offset, self.kind)
+        match &self.kind {
+            // The cause (the operating system's words) follows as the source: "x.pcap: No such file or directory".
+            ErrorKind::Open(_) => Ok(()),
+            kind => write!(f, ": at byte {}: {kind}", self.offset),
+        }
     }
 }
 
 impl std::error::Error for TraceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
-            ErrorKind::Io(e) => Some(e),
+            ErrorKind::Io(e) | ErrorKind::Open(e) => Some(e),
             ErrorKind::Decompress { source, .. } => Some(source),
             _ => None,
         }

@@ -62,7 +62,7 @@ fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
             args.input.display()
         );
     }
-    let mut reader = TraceReader::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
+    let mut reader = TraceReader::open(&args.input)?;
     reader.read_header()?;
     let container = args.format.unwrap_or(match pcaptool_engine::container_for_name(&args.output) {
         Some(pcaptool_engine::Container::PcapNg) => Format::Pcapng,

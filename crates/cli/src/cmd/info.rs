@@ -5,7 +5,6 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use pcaptool_packet::{
     Chain, Decoded, FileFormat, LinkType, Rfc3339, TraceReader, Transport, TsPrecision, TunnelKind, decode,
 };
@@ -75,20 +74,29 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         return crate::cmd::store::info(dir, args.json);
     }
+    // Like capinfos: every file reported, one that cannot be opened or is damaged said on stderr, and the exit
+    // status says whether any was.
     let mut infos = Vec::new();
     let mut failed = false;
     for path in &args.files {
-        let info = summarize(path, !args.no_protocols)?;
-        failed |= info.error.is_some();
+        let info = summarize(path, !args.no_protocols);
+        failed |= info.as_ref().map_or(true, |i| i.error.is_some());
         infos.push(info);
     }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &infos)?;
+        let values: Vec<serde_json::Value> = infos
+            .iter()
+            .map(|i| match i {
+                Ok(info) => serde_json::to_value(info),
+                Err((file, e)) => Ok(serde_json::json!({ "file": file, "error": format!("{e:#}") })),
+            })
+            .collect::<Result<_, _>>()?;
+        serde_json::to_writer_pretty(&mut out, &values)?;
         writeln!(out)?;
     } else {
-        for (i, info) in infos.iter().enumerate() {
+        for (i, info) in infos.iter().filter_map(|i| i.as_ref().ok()).enumerate() {
             if i > 0 {
                 writeln!(out)?;
             }
@@ -98,16 +106,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     out.flush()?;
     drop(out);
     for info in &infos {
-        if let Some(e) = &info.error {
-            eprintln!("pcaptool: error: {e}");
+        match info {
+            Ok(FileInfo { error: Some(e), .. }) => eprintln!("pcaptool: error: {e}"),
+            Err((_, e)) => eprintln!("pcaptool: error: {e:#}"),
+            Ok(_) => {}
         }
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// Reads one capture to the end (or to its damage) and gathers its facts. Errors only when it cannot be opened.
-fn summarize(path: &PathBuf, protocols: bool) -> anyhow::Result<FileInfo> {
-    let mut reader = TraceReader::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+/// Reads one capture to the end (or to its damage) and gathers its facts. Errors (with the file's name) only
+/// when it cannot be opened.
+fn summarize(path: &PathBuf, protocols: bool) -> Result<FileInfo, (String, anyhow::Error)> {
+    let mut reader = TraceReader::open(path).map_err(|e| (path.display().to_string(), anyhow::Error::from(e)))?;
     let mut info = FileInfo { file: path.display().to_string(), ..FileInfo::default() };
     info.compression = reader.compression().map(|c| c.name());
     info.file_bytes = std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len());

@@ -110,7 +110,7 @@ fn verify_store(dir: &Path, json: bool) -> anyhow::Result<bool> {
 
 /// Checks a trace (every record) and its index, if it has one; prints what it found; whether it found damage.
 fn verify_trace(trace: &Path, json: bool) -> anyhow::Result<bool> {
-    let mut reader = TraceReader::open(trace).with_context(|| format!("cannot open {}", trace.display()))?;
+    let mut reader = TraceReader::open(trace)?;
     let total = std::fs::metadata(trace).ok().map(|m| m.len());
     let pb = progress::bytes(total, "verify");
     let (mut packets, mut damage) = (0u64, None);

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Context;
 use pcaptool_flowstore::{Flow, ImportOptions, Store, StoreError};
 use pcaptool_packet::Chain;
 use pcaptool_packet::Need;
@@ -42,15 +41,35 @@ pub(crate) struct ImportArgs {
 /// Opens a store for reading (which changes nothing in it); `skip_damaged` makes its reads leave damaged
 /// segments out instead of failing.
 pub(crate) fn open_store(dir: &Path, skip_damaged: bool) -> anyhow::Result<Store> {
-    let mut store = Store::open(dir).with_context(|| format!("cannot open the store {}", dir.display()))?;
+    let mut store =
+        Store::open(dir).map_err(|e| about_store(e, || format!("cannot open the store {}", dir.display())))?;
     store.set_skip_damaged(skip_damaged);
     Ok(store)
+}
+
+/// An import's error: one about the trace names the trace (its own message does), any other says which trace
+/// was being imported into which store.
+fn import_error(e: StoreError, trace: &Path, store: &Path) -> anyhow::Error {
+    match e {
+        StoreError::Trace(_) => anyhow::Error::from(e).context(format!("cannot import into {}", store.display())),
+        e => anyhow::Error::from(e).context(format!("cannot import {} into {}", trace.display(), store.display())),
+    }
+}
+
+/// A store's error with `context`, unless it is about the directory itself (which it names, with what to do).
+fn about_store(e: StoreError, context: impl FnOnce() -> String) -> anyhow::Error {
+    match e {
+        StoreError::NotAStore { .. } | StoreError::NotADirectory { .. } | StoreError::ForeignDirectory { .. } => {
+            e.into()
+        }
+        e => anyhow::Error::from(e).context(context()),
+    }
 }
 
 /// Opens a store for writing (taking its writer lock) and says what opening it repaired.
 pub(crate) fn open_writer(dir: &Path, create: bool) -> anyhow::Result<Store> {
     let store = if create { Store::create(dir) } else { Store::open_writer(dir) }
-        .with_context(|| format!("cannot open the store {} for writing", dir.display()))?;
+        .map_err(|e| about_store(e, || format!("cannot open the store {} for writing", dir.display())))?;
     for r in store.repairs() {
         eprintln!("pcaptool: store {}: {r}", dir.display());
     }
@@ -92,7 +111,7 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         let started = Instant::now();
         let stats = store
             .import(trace, &opts, &mut |at| pb.set_position(at))
-            .with_context(|| format!("cannot import {} into {}", trace.display(), args.store.display()))?;
+            .map_err(|e| import_error(e, trace, &args.store))?;
         pb.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
         if args.json {

@@ -540,8 +540,12 @@ impl TraceReader {
             return TraceReader::from_reader(Box::new(io::stdin()), None);
         }
         let owned = Some(path.to_path_buf());
-        let mut file = File::open(path).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
-        let meta = file.metadata().map_err(|e| TraceError::io(owned.clone(), 0, e))?;
+        let open = |e| TraceError::new(owned.clone(), 0, ErrorKind::Open(e));
+        let mut file = File::open(path).map_err(open)?;
+        let meta = file.metadata().map_err(open)?;
+        if meta.is_dir() {
+            return Err(open(io::Error::new(io::ErrorKind::IsADirectory, "it is a directory")));
+        }
         let mut magic = [0u8; 4];
         let got = read_up_to(&mut file, &mut magic).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
         let magic = &magic[..got];
@@ -551,7 +555,7 @@ impl TraceReader {
                 file.read_to_end(&mut v).map_err(|e| TraceError::io(owned.clone(), 0, e))?;
                 Bytes::Owned(v)
             } else {
-                Bytes::Mapped(std::sync::Arc::new(Mapped::map(&file).map_err(|e| TraceError::io(owned.clone(), 0, e))?))
+                Bytes::Mapped(std::sync::Arc::new(Mapped::map(&file).map_err(open)?))
             };
             return Ok(TraceReader::with_source(
                 Source::Bytes { data, pos: 0, pf: Prefetcher::default() },
