@@ -601,6 +601,28 @@ fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
     ok(pcaptool(&["query", "--scan", p(&trace), &filter, "-w", p(&by_filter)]), "query by 5-tuple");
     let scanned: Vec<u64> = pcaptool_tests::records_us(&by_filter).iter().map(|r| r.0).collect();
     assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), scanned, "c_query against `{filter}`");
+
+    // Two runs at once into another schema: one waits for the other's lock, and no row is loaded twice.
+    let two = Schema::new(&url, "two");
+    let run = || {
+        Command::new(pcaptool_bin())
+            .args(["export", p(&store), "--to", "postgres", "--db", &url, "--schema", &two.name])
+            .args(["--sensor", "test-sensor", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (run(), run());
+    let mut loaded = 0;
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let text = ok(out, "export at the same time as another");
+        let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        loaded += int(&last["segments"]);
+    }
+    assert_eq!(loaded, segments, "each segment loaded by one of the two runs");
+    assert_eq!(two.figures(), from_flows(&store), "two runs at once");
 }
 
 #[test]

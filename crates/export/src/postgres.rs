@@ -148,6 +148,8 @@ COMMENT ON FUNCTION {s}.c_query(text, text, bigint) IS
 /// The advisory lock keys: one for creating the tables, and the class of the per-store locks.
 const LOCK_DDL: i64 = 0x7063_6170_7464_6c01;
 const LOCK_CLASS: i32 = 0x7063_6170;
+/// How long a run waits for another's lock on the same rows, in seconds.
+const LOCK_WAIT_S: u32 = 10;
 
 /// Exports the flows (and, with [`packets`](PostgresExport::packets), the packets) of every segment of `store`
 /// that the `segments` table does not list with them yet: each segment's rows of those tables replaced and the
@@ -163,7 +165,7 @@ pub fn export_postgres(
     check_schema(&opts.schema)?;
     let pg = |doing: &str| {
         let doing = doing.to_string();
-        move |source| ExportError::Postgres { doing, source }
+        move |source| ExportError::Postgres { doing: doing.clone(), source }
     };
     let config = tokio_postgres::Config::from_str(&opts.url).map_err(pg("reading the connection string"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -182,18 +184,26 @@ pub fn export_postgres(
                 t.batch_execute(&DDL.replace("{s}", s)).await.map_err(pg("creating the tables"))?;
                 t.commit().await.map_err(pg("creating the tables"))?;
             }
-            let key = lock_key(&opts.sensor, &opts.store);
-            let row = client
-                .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &key])
-                .await
-                .map_err(pg("locking the store's rows"))?;
-            if !row.get::<_, bool>(0) {
-                return Err(ExportError::Locked {
-                    dir: format!("PostgreSQL schema {s}").into(),
-                    lock: format!("advisory lock ({LOCK_CLASS}, {key}) for sensor {} store {}", opts.sensor, opts.store)
+            // The rows of this sensor and store in this schema are one run's. A run that was killed keeps its
+            // lock until the server sees its connection close: waited for a few seconds, as another run is.
+            let key = lock_key(s, &opts.sensor, &opts.store);
+            let locking = pg("locking the store's rows");
+            client.batch_execute(&format!("SET lock_timeout = '{}s'", LOCK_WAIT_S)).await.map_err(&locking)?;
+            match client.execute("SELECT pg_advisory_lock($1, $2)", &[&LOCK_CLASS, &key]).await {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+                    return Err(ExportError::Locked {
+                        dir: format!("PostgreSQL schema {s}").into(),
+                        lock: format!(
+                            "advisory lock ({LOCK_CLASS}, {key}) for sensor {} store {}",
+                            opts.sensor, opts.store
+                        )
                         .into(),
-                });
+                    });
+                }
+                Err(e) => return Err(locking(e)),
             }
+            client.batch_execute("RESET lock_timeout").await.map_err(&locking)?;
             let listed = client
                 .query(
                     &format!("SELECT segment, flows IS NOT NULL, packets IS NOT NULL FROM {s}.segments WHERE sensor = $1 AND store = $2"),
@@ -262,9 +272,9 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The per-store lock's key: a hash of the sensor's and store's names.
-fn lock_key(sensor: &str, store: &str) -> i32 {
-    let h = crc32c::crc32c(format!("{sensor}\0{store}").as_bytes());
+/// The per-store lock's key: a hash of the schema's, sensor's and store's names.
+fn lock_key(schema: &str, sensor: &str, store: &str) -> i32 {
+    let h = crc32c::crc32c(format!("{schema}\0{sensor}\0{store}").as_bytes());
     i32::from_ne_bytes(h.to_ne_bytes())
 }
 
