@@ -29,7 +29,7 @@ mod rows;
 
 use std::path::{Path, PathBuf};
 
-use pcaptool_flowstore::StoreError;
+use pcaptool_flowstore::{Segment, Store, StoreError};
 
 pub use manifest::{ExportedSegment, MANIFEST, Manifest, Written};
 pub use packets::PacketRow;
@@ -44,6 +44,35 @@ fn check_name(what: &'static str, name: &str) -> Result<(), ExportError> {
         && !name.starts_with(['.', '_'])
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if ok { Ok(()) } else { Err(ExportError::Name { what, name: name.to_string() }) }
+}
+
+/// Which tables of a segment a run writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tables {
+    pub(crate) flows: bool,
+    pub(crate) packets: bool,
+}
+
+/// What each segment of `store` lacks, given what `exported` says a segment number has (its flows, its
+/// packets): the segments with the tables to write (packets only when `packets` asks), and how many lack
+/// nothing.
+pub(crate) fn pending(
+    store: &Store,
+    packets: bool,
+    exported: impl Fn(u32) -> (bool, bool),
+) -> (Vec<(&Segment, Tables)>, u32) {
+    let mut pending = Vec::new();
+    let mut already = 0;
+    for seg in store.segments() {
+        let (has_flows, has_packets) = exported(seg.stage1.number);
+        let tables = Tables { flows: !has_flows, packets: packets && !has_packets };
+        if tables.flows || tables.packets {
+            pending.push((seg, tables));
+        } else {
+            already += 1;
+        }
+    }
+    (pending, already)
 }
 
 /// What a run exported.

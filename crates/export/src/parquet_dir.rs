@@ -11,7 +11,7 @@ use pcaptool_flowstore::{Segment, Store};
 use rayon::prelude::*;
 
 use crate::manifest::{ExportedSegment, Manifest, Written};
-use crate::{ExportError, Summary, check_name, packets, rows};
+use crate::{ExportError, Summary, Tables, check_name, packets, rows};
 
 /// The lock file an export holds in its directory while it runs.
 pub const LOCK: &str = "_pcaptool_export.lock";
@@ -86,19 +86,10 @@ pub fn export_parquet(
     for table in TABLES {
         remove_leftovers(&opts.out.join(table).join(format!("sensor={}", opts.sensor)))?;
     }
-    // What each segment lacks: its flows, its packets (when asked for), or nothing.
-    let mut pending = Vec::new();
-    let mut already = 0;
-    for seg in store.segments() {
-        let listed = manifest.get(&opts.sensor, &opts.store, seg.stage1.number);
-        let flows = listed.is_none_or(|l| l.flows.is_none());
-        let packets = opts.packets && listed.is_none_or(|l| l.packets.is_none());
-        if flows || packets {
-            pending.push((seg, Tables { flows, packets }));
-        } else {
-            already += 1;
-        }
-    }
+    let (pending, already) = crate::pending(store, opts.packets, |n| {
+        let listed = manifest.get(&opts.sensor, &opts.store, n);
+        (listed.is_some_and(|l| l.flows.is_some()), listed.is_some_and(|l| l.packets.is_some()))
+    });
     // Segments in parallel (each is its own files). The manifest is saved at most once a second and at the end,
     // not after every segment: rewriting it whole each time made an export of 3,166 small segments take 8.9 s.
     // A segment whose files are in place but not yet listed when the run is killed is written again by the
@@ -132,13 +123,6 @@ pub fn export_parquet(
 /// The tables' directories under an export directory.
 const TABLES: [&str; 2] = ["flows", "packets"];
 
-/// Which tables of a segment a run writes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Tables {
-    pub(crate) flows: bool,
-    pub(crate) packets: bool,
-}
-
 /// How often a running export saves its manifest at most.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 
@@ -169,34 +153,37 @@ fn export_segment(
         flows: None,
         packets: None,
     };
-    let name = |table: &str, partition: &str| {
-        format!("{table}/sensor={}/{partition}/part-{}-{number:06}.parquet", opts.sensor, opts.store)
-    };
     if tables.flows {
-        let mut w = Written { rows: rows.flows.len() as u64, ..Written::default() };
-        for (partition, flows) in rows::by_hour(rows.flows) {
-            let name = name("flows", &partition);
-            let batch = rows::flow_batch(&flows, &opts.store, number);
-            w.bytes += write_atomically(&opts.out, &name, |f| {
-                rows::write_parquet(f, &batch, opts.row_group_rows, &rows::FLOW_ENCODINGS)
-            })?;
-            w.files.push(name);
-        }
-        done.flows = Some(w);
+        let parts = rows::flows_by_hour(rows.flows);
+        let batch = |f: &[_]| rows::flow_batch(f, &opts.store, number);
+        done.flows = Some(write_table(opts, number, "flows", parts, batch, &rows::FLOW_ENCODINGS)?);
     }
     if let Some(packets) = rows.packets {
-        let mut w = Written { rows: packets.len() as u64, ..Written::default() };
-        for (partition, packets) in rows::packets_by_hour(packets) {
-            let name = name("packets", &partition);
-            let batch = rows::packet_batch(&packets, &opts.store, number);
-            w.bytes += write_atomically(&opts.out, &name, |f| {
-                rows::write_parquet(f, &batch, opts.row_group_rows, &rows::PACKET_ENCODINGS)
-            })?;
-            w.files.push(name);
-        }
-        done.packets = Some(w);
+        let parts = rows::by_hour(packets, |p| p.ts_ns);
+        let batch = |p: &[_]| rows::packet_batch(p, &opts.store, number);
+        done.packets = Some(write_table(opts, number, "packets", parts, batch, &rows::PACKET_ENCODINGS)?);
     }
     Ok(done)
+}
+
+/// Writes a table's rows of segment `number`, one file per hour partition, each as `batch` makes it.
+fn write_table<T>(
+    opts: &ParquetExport,
+    number: u32,
+    table: &str,
+    parts: Vec<(String, Vec<T>)>,
+    batch: impl Fn(&[T]) -> arrow_array::RecordBatch,
+    enc: &rows::Encodings,
+) -> Result<Written, ExportError> {
+    let mut w = Written::default();
+    for (partition, part) in parts {
+        let name = format!("{table}/sensor={}/{partition}/part-{}-{number:06}.parquet", opts.sensor, opts.store);
+        let batch = batch(&part);
+        w.rows += part.len() as u64;
+        w.bytes += write_atomically(&opts.out, &name, |f| rows::write_parquet(f, &batch, opts.row_group_rows, enc))?;
+        w.files.push(name);
+    }
+    Ok(w)
 }
 
 /// Writes `name` (relative to `out`, in `/`-separated parts) by `write` into a hidden file beside it, synced,
@@ -499,7 +486,7 @@ mod tests {
         let h = 3_600_000_000_000u64;
         let day = 24 * h;
         let flows = vec![flow(3, day + h), flow(1, day + h - 1), flow(2, day), flow(4, day + h)];
-        let parts = rows::by_hour(flows);
+        let parts = rows::flows_by_hour(flows);
         let got: Vec<(String, Vec<u64>)> =
             parts.iter().map(|(p, v)| (p.clone(), v.iter().map(|f| f.id).collect())).collect();
         assert_eq!(

@@ -17,8 +17,7 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::manifest::{ExportedSegment, Written};
 use crate::packets::{PacketRow, read_segment};
-use crate::parquet_dir::Tables;
-use crate::{ExportError, Summary, check_name};
+use crate::{ExportError, Summary, Tables, check_name};
 
 /// Where rows go in PostgreSQL, and the names they go under.
 #[derive(Clone, Debug)]
@@ -213,17 +212,9 @@ pub fn export_postgres(
                 .map_err(pg("reading the segments table"))?;
             let listed: std::collections::HashMap<i64, (bool, bool)> =
                 listed.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))).collect();
-            let mut pending = Vec::new();
-            let mut already = 0;
-            for seg in store.segments() {
-                let (f, p) = listed.get(&i64::from(seg.stage1.number)).copied().unwrap_or((false, false));
-                let tables = Tables { flows: !f, packets: opts.packets && !p };
-                if tables.flows || tables.packets {
-                    pending.push((seg, tables));
-                } else {
-                    already += 1;
-                }
-            }
+            let (pending, already) = crate::pending(store, opts.packets, |n| {
+                listed.get(&i64::from(n)).copied().unwrap_or((false, false))
+            });
             // Read and encode on rayon's threads; load over `connections` connections, a segment at a time on
             // each (the server then spreads the index work over its processors). The first connection holds the
             // lock until all are done.

@@ -87,15 +87,6 @@ fn hour_partition(ts_ns: u64) -> String {
 
 const HOUR_NS: u64 = 3_600_000_000_000;
 
-/// The packets grouped by the partition of their time, each group in the store's order, the groups in time order.
-pub(crate) fn packets_by_hour(packets: Vec<PacketRow>) -> Vec<(String, Vec<PacketRow>)> {
-    let mut groups: BTreeMap<u64, Vec<PacketRow>> = BTreeMap::new();
-    for p in packets {
-        groups.entry(p.ts_ns / HOUR_NS).or_default().push(p);
-    }
-    groups.into_iter().map(|(h, v)| (hour_partition(h * HOUR_NS), v)).collect()
-}
-
 /// The rows of `packets` (of segment `segment` of the store named `store`) as one batch.
 pub(crate) fn packet_batch(packets: &[PacketRow], store: &str, segment: u32) -> RecordBatch {
     let opt64 = |f: &dyn Fn(&PacketRow) -> Option<u64>| {
@@ -131,20 +122,20 @@ pub(crate) fn packet_batch(packets: &[PacketRow], store: &str, segment: u32) -> 
     RecordBatch::try_new(packet_schema(), columns).expect("the columns follow the schema")
 }
 
-/// The flows grouped by the partition of their first packet's time (`date=YYYY-MM-DD/hour=HH`, UTC), each group
-/// in time order (then by flow id), the groups in time order.
-pub(crate) fn by_hour(flows: Vec<Flow>) -> Vec<(String, Vec<Flow>)> {
-    let mut groups: BTreeMap<u64, Vec<Flow>> = BTreeMap::new();
-    for f in flows {
-        groups.entry(f.first_ns / HOUR_NS).or_default().push(f);
+/// `rows` grouped by the hour partition (`date=YYYY-MM-DD/hour=HH`, UTC) of their time `ts`, the groups in time
+/// order, each in the order given.
+pub(crate) fn by_hour<T>(rows: Vec<T>, ts: impl Fn(&T) -> u64) -> Vec<(String, Vec<T>)> {
+    let mut groups: BTreeMap<u64, Vec<T>> = BTreeMap::new();
+    for r in rows {
+        groups.entry(ts(&r) / HOUR_NS).or_default().push(r);
     }
-    groups
-        .into_iter()
-        .map(|(h, mut v)| {
-            v.sort_by_key(|f| (f.first_ns, f.id));
-            (hour_partition(h * HOUR_NS), v)
-        })
-        .collect()
+    groups.into_iter().map(|(h, v)| (hour_partition(h * HOUR_NS), v)).collect()
+}
+
+/// The flows grouped by the hour of their first packet, each group in time order (then by flow id).
+pub(crate) fn flows_by_hour(mut flows: Vec<Flow>) -> Vec<(String, Vec<Flow>)> {
+    flows.sort_by_key(|f| (f.first_ns, f.id));
+    by_hour(flows, |f| f.first_ns)
 }
 
 fn ns(v: u64) -> i64 {
