@@ -571,29 +571,15 @@ fn export_section(t: &BenchTrace) -> anyhow::Result<()> {
         store.segments().iter().map(|s| s.stage1.checksum_block().map_or(0, |b| 4 * s.stage1.bytes.div_ceil(b))).sum();
     let flow_index = index - positions - sums;
     let out = PathBuf::from("/dev/shm/pcaptool-export-bench");
-    let parquet = |more: &[&str]| -> anyhow::Result<(Duration, serde_json::Value)> {
-        let mut best: Option<(Duration, serde_json::Value)> = None;
-        for _ in 0..3 {
+    let parquet = |more: &[&str]| {
+        let mut cmd = Command::new(&bin);
+        cmd.arg("export").arg(&store_dir).args(["--to", "parquet", "--sensor", "bench", "--json", "--out"]);
+        cmd.arg(&out).args(more);
+        let mut empty = || {
             let _ = std::fs::remove_dir_all(&out);
-            let started = Instant::now();
-            let o = Command::new(&bin)
-                .arg("export")
-                .arg(&store_dir)
-                .args(["--to", "parquet", "--sensor", "bench", "--json", "--out"])
-                .arg(&out)
-                .args(more)
-                .output()?;
-            let took = started.elapsed();
-            if !o.status.success() {
-                bail!("pcaptool export failed: {}", String::from_utf8_lossy(&o.stderr));
-            }
-            let text = String::from_utf8(o.stdout)?;
-            let summary: serde_json::Value = serde_json::from_str(text.lines().last().context("a summary")?)?;
-            if best.as_ref().is_none_or(|b| took < b.0) {
-                best = Some((took, summary));
-            }
-        }
-        best.context("three runs")
+            Ok(())
+        };
+        best_export(3, &mut empty, &mut cmd)
     };
     let (took, summary) = parquet(&[])?;
     let flows = summary["flows"].as_u64().unwrap_or(0);
@@ -633,6 +619,30 @@ fn export_section(t: &BenchTrace) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The quickest of `runs` runs of the export `cmd` (each after `reset`), with its JSON summary.
+fn best_export(
+    runs: usize,
+    reset: &mut dyn FnMut() -> anyhow::Result<()>,
+    cmd: &mut Command,
+) -> anyhow::Result<(Duration, serde_json::Value)> {
+    let mut best: Option<(Duration, serde_json::Value)> = None;
+    for _ in 0..runs {
+        reset()?;
+        let started = Instant::now();
+        let o = cmd.output()?;
+        let took = started.elapsed();
+        if !o.status.success() {
+            bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        let text = String::from_utf8(o.stdout)?;
+        let summary: serde_json::Value = serde_json::from_str(text.lines().last().context("a summary")?)?;
+        if best.as_ref().is_none_or(|b| took < b.0) {
+            best = Some((took, summary));
+        }
+    }
+    best.context("no run")
+}
+
 /// The PostgreSQL database the bench loads, if `psql` reaches it.
 fn bench_postgres() -> Option<String> {
     let url = std::env::var("PCAPTOOL_BENCH_POSTGRES")
@@ -653,29 +663,12 @@ fn postgres_rows(bin: &Path, store_dir: &Path) -> anyhow::Result<()> {
     let drop = || {
         Command::new("psql").args([url.as_str(), "-qc", &format!("drop schema if exists {schema} cascade")]).output()
     };
-    let load = |more: &[&str], runs: usize| -> anyhow::Result<(Duration, serde_json::Value)> {
-        let mut best: Option<(Duration, serde_json::Value)> = None;
-        for _ in 0..runs {
-            drop()?;
-            // Each run into an emptied schema: the tables are created (milliseconds), then loaded.
-            let started = Instant::now();
-            let o = Command::new(bin)
-                .arg("export")
-                .arg(store_dir)
-                .args(["--to", "postgres", "--db", &url, "--schema", schema, "--sensor", "bench", "--json"])
-                .args(more)
-                .output()?;
-            let took = started.elapsed();
-            if !o.status.success() {
-                bail!("pcaptool export --to postgres failed: {}", String::from_utf8_lossy(&o.stderr));
-            }
-            let text = String::from_utf8(o.stdout)?;
-            let summary: serde_json::Value = serde_json::from_str(text.lines().last().context("a summary")?)?;
-            if best.as_ref().is_none_or(|b| took < b.0) {
-                best = Some((took, summary));
-            }
-        }
-        best.context("runs")
+    // Each run into an emptied schema: the tables are created (milliseconds), then loaded.
+    let load = |more: &[&str], runs: usize| {
+        let mut cmd = Command::new(bin);
+        cmd.arg("export").arg(store_dir);
+        cmd.args(["--to", "postgres", "--db", &url, "--schema", schema, "--sensor", "bench", "--json"]).args(more);
+        best_export(runs, &mut || drop().map(|_| ()).map_err(Into::into), &mut cmd)
     };
     let (took, summary) = load(&[], 3)?;
     let flows = summary["flows"].as_u64().unwrap_or(0);

@@ -241,6 +241,8 @@ impl Drop for WorkStore {
 pub(crate) struct CaptureExport {
     store: PathBuf,
     opts: ParquetExport,
+    /// The one thread exports run on (made once: a capture runs for days).
+    pool: std::sync::Arc<rayon::ThreadPool>,
     wake: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -257,9 +259,11 @@ impl CaptureExport {
         let sensor = sensor.unwrap_or_else(host_name);
         let mut opts = ParquetExport::new(out, &sensor, &dir_name(store))?;
         opts.packets = packets;
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).thread_name(|_| "export".into()).build()?;
+        let pool = std::sync::Arc::new(pool);
         let wake = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         let thread = {
-            let (store, opts, wake) = (store.to_path_buf(), opts.clone(), wake.clone());
+            let (store, opts, pool, wake) = (store.to_path_buf(), opts.clone(), pool.clone(), wake.clone());
             std::thread::Builder::new().name("export".into()).spawn(move || {
                 let mut said = None;
                 loop {
@@ -272,7 +276,7 @@ impl CaptureExport {
                     drop(guard);
                     // A failure (a full disk under DIR) must not stop the capture: said once, tried again later,
                     // and the final export reports it.
-                    if let Err(e) = export_once(&store, &opts) {
+                    if let Err(e) = export_once(&pool, &store, &opts) {
                         let text = format!("{e:#}");
                         if said.as_ref() != Some(&text) {
                             eprintln!("pcaptool: warning: exporting while capturing: {text} (trying again)");
@@ -282,7 +286,7 @@ impl CaptureExport {
                 }
             })?
         };
-        Ok(CaptureExport { store: store.to_path_buf(), opts, wake, thread: Some(thread) })
+        Ok(CaptureExport { store: store.to_path_buf(), opts, pool, wake, thread: Some(thread) })
     }
 
     /// Stops the thread and exports what it has not (the capture's last segments): what was exported by the
@@ -294,7 +298,7 @@ impl CaptureExport {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        export_once(&self.store, &self.opts)?;
+        export_once(&self.pool, &self.store, &self.opts)?;
         let manifest = pcaptool_export::Manifest::load(&self.opts.out)?;
         let mine = manifest.segments().iter().filter(|s| s.sensor == self.opts.sensor && s.store == self.opts.store);
         let (segments, flows) = mine.fold((0, 0), |(n, f), s| (n + 1, f + s.flows.as_ref().map_or(0, |w| w.rows)));
@@ -308,9 +312,8 @@ impl CaptureExport {
 }
 
 /// One pass of a capture's exporter: the store opened as a reader (the capture's closed segments), its segments
-/// not yet exported exported on one thread.
-fn export_once(store: &Path, opts: &ParquetExport) -> anyhow::Result<()> {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).thread_name(|_| "export".into()).build()?;
+/// not yet exported exported on `pool`.
+fn export_once(pool: &rayon::ThreadPool, store: &Path, opts: &ParquetExport) -> anyhow::Result<()> {
     let store_dir = store;
     let store = crate::cmd::store::open_store(store, false)?;
     pool.install(|| export_parquet(&store, opts, &mut |_| ()))
