@@ -54,8 +54,22 @@ pub(crate) fn is_remote_or_list(spec: &Path) -> bool {
     s.contains(',') || s.starts_with('@') || Endpoint::is_address(&s)
 }
 
-/// Opens what `spec` names: one source as it is, several merged.
+/// Opens what `spec` names: one source as it is, several merged. Indexes left unused are reported (see
+/// [`warn_unused_indexes`]).
 pub(crate) fn open(spec: &Path, opts: &OpenOptions, remote: &RemoteArgs) -> anyhow::Result<Source> {
+    let source = open_quietly(spec, opts, remote)?;
+    warn_unused_indexes(&source);
+    Ok(source)
+}
+
+/// Says on standard error which traces are scanned because their index cannot be used, and why.
+pub(crate) fn warn_unused_indexes(source: &Source) {
+    for e in source.unused_indexes() {
+        eprintln!("pcaptool: warning: {}; scanning the trace instead", pcaptool_packet::Chain(e));
+    }
+}
+
+fn open_quietly(spec: &Path, opts: &OpenOptions, remote: &RemoteArgs) -> anyhow::Result<Source> {
     if !is_remote_or_list(spec) {
         if remote.partial {
             anyhow::bail!("--partial is for several sources (a comma-separated list, or @FILE of sensors)");

@@ -97,6 +97,10 @@ struct Part {
 }
 
 impl Merged {
+    pub(crate) fn parts(&self) -> &[(String, Arc<Source>)] {
+        &self.parts
+    }
+
     pub(crate) fn new(parts: Vec<(String, Arc<Source>)>, partial: bool) -> Merged {
         let name = PathBuf::from(parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(","));
         Merged { parts, partial, name }

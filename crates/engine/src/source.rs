@@ -164,6 +164,17 @@ impl Source {
         }
     }
 
+    /// The indexes found beside traces but left unused, and why (stale: the trace changed since; damaged; of
+    /// another format): those traces are scanned instead, which gives the same answer more slowly. A program
+    /// should tell its user, who can rebuild them with `pcaptool index`.
+    pub fn unused_indexes(&self) -> Vec<&pcaptool_index::IndexError> {
+        match &self.inner {
+            Inner::Trace(t) => t.unused_index().into_iter().collect(),
+            Inner::Merged(m) => m.parts().iter().flat_map(|(_, p)| p.unused_indexes()).collect(),
+            Inner::Store(_) | Inner::Remote(..) => Vec::new(),
+        }
+    }
+
     /// The flows of a store that `req`'s filter may match, in id order: those whose keys pass the filter's
     /// necessary condition (a superset of the flows with a matching packet), within the time window. A trace
     /// has no flow table: [`Error::FlowNeedsStore`].

@@ -50,7 +50,7 @@ pub enum IndexError {
         why: String,
     },
     /// The index describes another trace, or this trace before it changed.
-    #[error("{index} does not describe {trace} as it is now ({why}); rebuild it with `pcaptool index`")]
+    #[error("{index} does not describe {trace} as it is now ({why}); rebuild it with `pcaptool index {trace}`")]
     Stale {
         /// The index file.
         index: PathBuf,

@@ -9,6 +9,9 @@ use crate::IndexError;
 use crate::format::identity;
 use crate::format::{Cursor, HEADER_LEN, Header, HeaderError, crc32};
 
+/// Blocks of a trace read to recognise it when its modification time changed.
+const SPOT_CHECKS: usize = 1024;
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DirEntry {
     pub(crate) offset: u64,
@@ -172,20 +175,26 @@ impl IndexFile {
         &self.structure
     }
 
-    /// Checks that `trace` is the file this index describes, unchanged (length, modification time, the checksums
-    /// of its first and last MiB, compression) and that packets are cut to the same snapshot length `snap`.
-    pub fn check_trace(&self, trace: &Path, compressed_code: Option<u8>, snap: u32) -> Result<(), IndexError> {
+    /// Checks that `trace` is the file this index describes, unchanged (length, the checksums of its first and
+    /// last 64 KiB, compression) and that packets are cut to the same snapshot length `snap`. When its
+    /// modification time differs from the one indexed (a copy, a restore), its content decides: `data`, the
+    /// whole trace when it is uncompressed, is spot-checked at sampled blocks against the packets the index
+    /// describes ([`IndexView::spot_check`](crate::IndexView::spot_check)); without `data` it is stale.
+    pub fn check_trace(
+        &self,
+        trace: &Path,
+        compressed_code: Option<u8>,
+        snap: u32,
+        data: Option<&[u8]>,
+    ) -> Result<(), IndexError> {
         let stale = |why: String| IndexError::Stale { index: self.path.clone(), trace: trace.to_path_buf(), why };
         let (len, mtime, head, tail) = identity(trace)?;
         let h = &self.header;
         if len != h.trace_len {
             return Err(stale(format!("the trace has {len} bytes, the index was built on {}", h.trace_len)));
         }
-        if mtime != h.mtime_ns {
-            return Err(stale("the trace was modified after it was indexed".into()));
-        }
         if head != h.head_crc || tail != h.tail_crc {
-            return Err(stale("the trace's first or last MiB differs from what was indexed".into()));
+            return Err(stale("the trace's first or last 64 KiB differ from what was indexed".into()));
         }
         if let Some(c) = compressed_code
             && c != h.compression
@@ -194,6 +203,12 @@ impl IndexFile {
         }
         if snap != h.snap {
             return Err(stale(format!("packets are cut to {snap} bytes now, to {} when indexed", h.snap)));
+        }
+        if mtime != h.mtime_ns {
+            match data {
+                Some(data) => self.view()?.spot_check(data, trace, SPOT_CHECKS)?,
+                None => return Err(stale("the trace was modified after it was indexed".into())),
+            }
         }
         Ok(())
     }

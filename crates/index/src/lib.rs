@@ -30,7 +30,7 @@
 //! let trace = Path::new("trace.pcap");
 //! build(trace, &sidecar_path(trace), &BuildOptions::default(), &|_| {})?;
 //! let file = IndexFile::open(&sidecar_path(trace))?;
-//! file.check_trace(trace, None, u32::MAX)?;
+//! file.check_trace(trace, None, u32::MAX, None)?;
 //! let index = file.view()?;
 //! let sel = index.select(&Need::Pred(Pred::range(Field::DstPort, 53, 53)))?;
 //! println!("{} candidate packets", sel.count());

@@ -436,6 +436,31 @@ impl<'a> IndexView<'a> {
         Ok(end.saturating_sub(self.chunks[ci].block_offset(0).map_err(|d| self.corrupt(d))?))
     }
 
+    /// Checks the trace's content against the index at up to `samples` blocks spread evenly over it: each
+    /// sampled block's first record must be where the index places it and be the packet it describes (key, time
+    /// and shape). `data` is the whole uncompressed trace. This is how a trace whose modification time changed
+    /// (copied, restored from a backup) is recognised as the one indexed, without reading all of it.
+    pub fn spot_check(&self, data: &[u8], trace: &Path, samples: usize) -> Result<(), IndexError> {
+        let seeker = Seeker::new(data, self.file.structure())
+            .map_err(|e| self.stale(trace, format!("its headers are not where the index saw them ({e})")))?
+            .with_path(trace);
+        let blocks: Vec<usize> = self.chunks.iter().map(|c| c.n.div_ceil(BLOCK)).collect();
+        let total: usize = blocks.iter().sum();
+        let step = total.div_ceil(samples.max(1)).max(1);
+        let (mut ci, mut before) = (0, 0);
+        for k in (0..total).step_by(step).chain((total > 0).then(|| total - 1)) {
+            while k >= before + blocks[ci] {
+                before += blocks[ci];
+                ci += 1;
+            }
+            let (c, b) = (&self.chunks[ci], k - before);
+            let off = c.block_offset(b).map_err(|d| self.corrupt(d))?;
+            let rec = seeker.next_record_at(data, off).map_err(|e| self.misplaced(trace, c, b * BLOCK, e))?;
+            self.check_read(c, b * BLOCK, &rec, trace)?;
+        }
+        Ok(())
+    }
+
     /// Whether packet `i` of chunk `ci` is `rec`: has the key, time and shape the index gives it (for streamed
     /// traces, read in order).
     pub fn is_record(&self, ci: usize, i: usize, rec: &Record<'_>) -> Result<bool, IndexError> {

@@ -373,7 +373,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// One JSON line on standard error.
-fn log(v: &Value) {
+pub(crate) fn log(v: &Value) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let mut v = v.clone();
     if let Some(o) = v.as_object_mut() {

@@ -119,6 +119,10 @@ impl Service {
         let mut sources: Vec<Served> = Vec::new();
         for p in paths {
             let s = Served::open(p)?;
+            for e in s.source().unused_indexes() {
+                let why = pcaptool_packet::Chain(e).to_string();
+                crate::http::log(&serde_json::json!({ "event": "index_unused", "source": s.name, "why": why }));
+            }
             if let Some(other) = sources.iter().find(|o| o.name == s.name) {
                 return Err(ServeError::Config(format!(
                     "{} and {} are both named {}: serve sources whose file names differ",

@@ -134,7 +134,7 @@ fn verify_trace(trace: &Path, json: bool) -> anyhow::Result<bool> {
         let check = || -> Result<(), String> {
             let file = IndexFile::open(&index_path).map_err(|e| Chain(&e).to_string())?;
             let snap = u32::try_from(pcaptool_engine::snapshot(reader.interfaces())).unwrap_or(u32::MAX);
-            file.check_trace(trace, Some(compression_code(reader.compression())), snap)
+            file.check_trace(trace, Some(compression_code(reader.compression())), snap, reader.as_bytes())
                 .map_err(|e| Chain(&e).to_string())?;
             file.view().and_then(|v| v.check()).map_err(|e| Chain(&e).to_string())
         };

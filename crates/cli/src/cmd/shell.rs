@@ -63,6 +63,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let trace = args.trace;
     let started = Instant::now();
     let source = Source::open(&trace)?;
+    crate::sources::warn_unused_indexes(&source);
     match source.index() {
         Some(f) => eprintln!(
             "{}: index of {} packets loaded and checked in {:.3} s ({} bytes)",

@@ -41,6 +41,8 @@ pub(crate) struct TraceSource {
     /// Bytes of the trace file (`None` for a stream).
     size: Option<u64>,
     index: Option<Indexed>,
+    /// Why the index beside the trace is not used (it is scanned instead).
+    unused_index: Option<pcaptool_index::IndexError>,
     /// The programs compiled for the filters asked so far.
     compiled: Compiled,
 }
@@ -66,7 +68,16 @@ impl TraceSource {
         let open_error = |source| Error::Open { path: path.to_path_buf(), source };
         let mut reader = TraceReader::open(path).map_err(open_error)?;
         reader.read_header().map_err(open_error)?;
-        let index = if use_index && !is_stream(path) { open_index(path, &reader)? } else { None };
+        // An index that cannot be used (the trace changed since, the index is damaged or of another format) is
+        // left aside: the scan gives the same answer, and the caller tells the user how to rebuild it.
+        let (index, unused_index) = match use_index && !is_stream(path) {
+            true => match open_index(path, &reader) {
+                Ok(index) => (index, None),
+                Err(Error::Index { source, .. }) => (None, Some(source)),
+                Err(e) => return Err(e),
+            },
+            false => (None, None),
+        };
         let shared = if long_lived { reader.share().map(Mutex::new) } else { None };
         Ok(TraceSource {
             shared,
@@ -77,6 +88,7 @@ impl TraceSource {
             size: std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len()),
             first: Mutex::new(Some(reader)),
             index,
+            unused_index,
             compiled: Compiled::default(),
         })
     }
@@ -87,6 +99,10 @@ impl TraceSource {
 
     pub(crate) fn kind(&self) -> SourceKind {
         if self.index.is_some() { SourceKind::IndexedTrace } else { SourceKind::Trace }
+    }
+
+    pub(crate) fn unused_index(&self) -> Option<&pcaptool_index::IndexError> {
+        self.unused_index.as_ref()
     }
 
     /// The index file, if the trace has one loaded.
@@ -350,7 +366,7 @@ fn open_index(trace: &Path, reader: &TraceReader) -> Result<Option<Indexed>, Err
     let error = |source| Error::Index { path: path.clone(), source };
     let file = IndexFile::open(&path).map_err(error)?;
     let snap = u32::try_from(snapshot(reader.interfaces())).unwrap_or(u32::MAX);
-    file.check_trace(trace, Some(compression_code(reader.compression())), snap).map_err(error)?;
+    file.check_trace(trace, Some(compression_code(reader.compression())), snap, reader.as_bytes()).map_err(error)?;
     // A pcap of a link type whose header fields the index read: a field it does not know was cut off by the
     // snapshot length (a pcapng may declare interfaces of other link types later).
     let cut = matches!(reader.format(), Some(FileFormat::Pcap { .. }))
