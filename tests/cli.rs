@@ -148,9 +148,9 @@ fn info_reports_every_file_and_errors_name_the_file_once() {
     let out_file = dir.join("o.pcap");
     let file = dir.join("a-file");
     std::fs::write(&file, b"x").unwrap();
-    let other = dir.join("captures");
+    let other = dir.join("notes");
     std::fs::create_dir_all(&other).unwrap();
-    std::fs::copy(&a, other.join("a.pcap")).unwrap();
+    std::fs::write(other.join("readme.txt"), b"not a capture").unwrap();
     for args in [
         vec!["convert", missing, p(&out_file)],
         vec!["query", missing, "tcp", "--count"],

@@ -289,18 +289,26 @@ fn imports_flows_info_and_retention() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("is not a store directory") && err(&o).contains("pcaptool import"), "{}", err(&o));
     assert!(!missing.exists());
-    // Nor is a directory that is not a store taken for an empty one: reading it says so, and a store is not
-    // made among other files. An empty directory becomes a store.
+    // Nor is a directory that is not a store taken for an empty one: a directory of captures is read as its
+    // captures, one of other files is refused, and a store is not made among other files. An empty directory
+    // becomes a store.
     let other = tmp.join("captures");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::copy(&a, other.join("a.pcap")).unwrap();
-    for cmd in ["info", "flows"] {
-        let o = pcaptool(&[cmd, p(&other)]);
-        assert_eq!(o.status.code(), Some(1), "{cmd}");
-        assert!(err(&o).contains("is not a store directory"), "{cmd}: {}", err(&o));
+    let o = pcaptool(&["query", p(&other), "--count"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "6000", "{}", err(&o));
+    let o = pcaptool(&["info", p(&other), "--json", "--no-protocols"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["packets"], 6000);
+    let notes = tmp.join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("readme.txt"), "hello").unwrap();
+    for args in [&["info"][..], &["flows"], &["query", "--count"]] {
+        let o = pcaptool(&[args, &[p(&notes)][..]].concat());
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(err(&o).contains("neither a flow store nor a directory of captures"), "{args:?}: {}", err(&o));
     }
-    let o = pcaptool(&["query", p(&other), "tcp", "--count"]);
-    assert!(!o.status.success() && err(&o).contains("is not a store directory"), "{}", err(&o));
     let o = pcaptool(&["import", p(&a), "--store", p(&other)]);
     assert!(
         !o.status.success() && err(&o).contains("a.pcap") && err(&o).contains("empty or new directory"),

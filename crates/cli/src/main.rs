@@ -14,6 +14,7 @@ macro_rules! outln {
 mod args;
 mod cmd;
 mod explain;
+mod inputs;
 mod progress;
 mod sources;
 

@@ -45,7 +45,7 @@ impl RemoteArgs {
     }
 }
 
-/// Whether `spec` names sources that are not one local path (sensors, a file of sensors, a list).
+/// Whether `spec` names sources that are not local paths (sensors, a file of sensors, a list).
 pub(crate) fn is_remote_or_list(spec: &Path) -> bool {
     if spec.as_os_str() == "-" || spec.exists() {
         return false;
@@ -54,10 +54,12 @@ pub(crate) fn is_remote_or_list(spec: &Path) -> bool {
     s.contains(',') || s.starts_with('@') || Endpoint::is_address(&s)
 }
 
-/// Opens what `spec` names: one source as it is, several merged. Indexes left unused are reported (see
+/// Opens what `specs` name: one source as it is, several merged by timestamp. Each spec is a path (a pattern
+/// and a directory of captures give their files, see [`crate::inputs`]), a sensor's address, `@FILE` of
+/// sensors, or several of these separated by commas. Indexes left unused are reported (see
 /// [`warn_unused_indexes`]).
-pub(crate) fn open(spec: &Path, opts: &OpenOptions, remote: &RemoteArgs) -> anyhow::Result<Source> {
-    let source = open_quietly(spec, opts, remote)?;
+pub(crate) fn open(specs: &[PathBuf], opts: &OpenOptions, remote: &RemoteArgs) -> anyhow::Result<Source> {
+    let source = open_quietly(specs, opts, remote)?;
     warn_unused_indexes(&source);
     Ok(source)
 }
@@ -69,45 +71,68 @@ pub(crate) fn warn_unused_indexes(source: &Source) {
     }
 }
 
-fn open_quietly(spec: &Path, opts: &OpenOptions, remote: &RemoteArgs) -> anyhow::Result<Source> {
-    if !is_remote_or_list(spec) {
-        if remote.partial {
-            anyhow::bail!("--partial is for several sources (a comma-separated list, or @FILE of sensors)");
+/// One part of an answer before it is opened.
+enum Part {
+    Local(PathBuf),
+    Remote(String, RemoteSource),
+}
+
+fn open_quietly(specs: &[PathBuf], opts: &OpenOptions, remote: &RemoteArgs) -> anyhow::Result<Source> {
+    let mut parts: Vec<Part> = Vec::new();
+    let mut creds = None;
+    let mut creds = || -> anyhow::Result<Credentials> {
+        if creds.is_none() {
+            creds = Some(remote.credentials()?);
         }
-        return Ok(Source::open_with(spec, opts)?);
-    }
-    let creds = remote.credentials()?;
-    let text = spec.to_string_lossy();
-    let mut parts: Vec<(String, Arc<Source>)> = Vec::new();
-    for item in text.split(',').map(str::trim) {
-        if item.is_empty() {
-            anyhow::bail!("{text:?} has an empty item: separate sources with single commas");
+        Ok(creds.clone().expect("made above"))
+    };
+    for spec in specs {
+        if !is_remote_or_list(spec) {
+            parts.extend(
+                crate::inputs::expand(std::slice::from_ref(spec))?.into_iter().map(|i| Part::Local(i.path().into())),
+            );
+            continue;
         }
-        let mut add = |name: String, source: Source| -> anyhow::Result<()> {
-            if parts.iter().any(|(n, _)| *n == name) {
-                anyhow::bail!("{name} is named twice");
+        let text = spec.to_string_lossy();
+        for item in text.split(',').map(str::trim) {
+            if item.is_empty() {
+                anyhow::bail!("{text:?} has an empty item: separate sources with single commas");
             }
-            parts.push((name, Arc::new(source)));
-            Ok(())
-        };
-        if let Some(file) = item.strip_prefix('@') {
-            let file = Path::new(file);
-            let body = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read the sensors file {}", file.display()))?;
-            for sensor in parse_sensors(&body, file)? {
-                let r = sensor.source(&creds)?;
-                add(sensor.name.clone(), Source::remote(Arc::new(r)))?;
+            if let Some(file) = item.strip_prefix('@') {
+                let file = Path::new(file);
+                let body = std::fs::read_to_string(file)
+                    .with_context(|| format!("cannot read the sensors file {}", file.display()))?;
+                for sensor in parse_sensors(&body, file)? {
+                    parts.push(Part::Remote(sensor.name.clone(), sensor.source(&creds()?)?));
+                }
+            } else if Endpoint::is_address(item) {
+                let r = RemoteSource::new(item.parse()?, &creds()?)?;
+                parts.push(Part::Remote(r.endpoint().to_string(), r));
+            } else {
+                let local = crate::inputs::expand(&[PathBuf::from(item)])?;
+                parts.extend(local.into_iter().map(|i| Part::Local(i.path().into())));
             }
-        } else if Endpoint::is_address(item) {
-            let r = RemoteSource::new(item.parse()?, &creds)?;
-            add(r.endpoint().to_string(), Source::remote(Arc::new(r)))?;
-        } else {
-            add(item.to_string(), Source::open_with(item, opts)?)?;
         }
     }
     if parts.len() == 1 && !remote.partial {
-        let (_, only) = parts.pop().expect("one part");
-        return Ok(Arc::into_inner(only).expect("the only holder"));
+        return Ok(match parts.pop().expect("one part") {
+            Part::Local(p) => Source::open_with(&p, opts)?,
+            Part::Remote(_, r) => Source::remote(Arc::new(r)),
+        });
     }
-    Ok(Source::merged(parts, remote.partial))
+    if parts.len() == 1 {
+        anyhow::bail!("--partial is for several sources (a comma-separated list, @FILE of sensors, or several paths)");
+    }
+    let mut named: Vec<(String, Arc<Source>)> = Vec::new();
+    for part in parts {
+        let (name, source) = match part {
+            Part::Local(p) => (p.display().to_string(), Source::open_with(&p, opts)?),
+            Part::Remote(name, r) => (name, Source::remote(Arc::new(r))),
+        };
+        if named.iter().any(|(n, _)| *n == name) {
+            anyhow::bail!("{name} is named twice");
+        }
+        named.push((name, Arc::new(source)));
+    }
+    Ok(Source::merged(named, remote.partial))
 }

@@ -66,4 +66,4 @@ pub use lock::LOCK_FILE;
 pub use maintain::{SegmentCheck, VerifyReport};
 pub use segment::{FlowEntry, Segment, Stage2, StoredPacket};
 pub use stage1::{SegmentIface, SourceMark, Stage1, StoreMeta};
-pub use store::{DamagedSegment, ImportOptions, ImportStats, QUARANTINE, QueryStats, Store};
+pub use store::{DamagedSegment, ImportOptions, ImportStats, QUARANTINE, QueryStats, Store, is_store_dir};

@@ -641,6 +641,12 @@ impl Store {
     }
 }
 
+/// Whether `dir` is a flow store's directory: it holds a store's files (its writer lock, a segment, its
+/// quarantine). An empty directory is not one yet.
+pub fn is_store_dir(dir: &Path) -> bool {
+    dir.is_dir() && matches!(StoreDir::of(dir), Ok(StoreDir::Store))
+}
+
 /// What a directory holds, as a store sees it.
 #[derive(Debug, PartialEq, Eq)]
 enum StoreDir {

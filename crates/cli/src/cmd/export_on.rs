@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use pcaptool_export::{ExportedSegment, ParquetExport, PostgresExport, export_parquet, export_postgres};
 
+use crate::cmd::store::WorkStore;
 use crate::progress;
 
 /// What an export writes.
@@ -88,9 +89,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             (None, Target::Parquet, Some(out)) => out.clone(),
             _ => std::env::temp_dir(),
         };
-        Some(WorkStore::import(&args.store, &under)?)
+        Some(WorkStore::import(std::slice::from_ref(&args.store), &under, "exported")?)
     };
-    let store_dir = work.as_ref().map_or(args.store.as_path(), |w| w.dir.as_path());
+    let store_dir = work.as_ref().map_or(args.store.as_path(), |w| w.dir());
     let store = crate::cmd::store::open_store(store_dir, false)?;
     let sensor = args.sensor.unwrap_or_else(host_name);
     let store_id = args.store_id.unwrap_or_else(|| match &work {
@@ -178,61 +179,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A trace's temporary store, removed when dropped (and, if a killed run left one, by the next run under the
-/// same directory).
-struct WorkStore {
-    dir: PathBuf,
-}
-
-/// The prefix of a temporary store's directory name; the process id follows.
-const WORK_PREFIX: &str = ".pcaptool-work-";
-
-impl WorkStore {
-    /// Imports `trace` into a new store under `under`, with the importer's progress bar; says what a damaged
-    /// trace lost.
-    fn import(trace: &Path, under: &Path) -> anyhow::Result<WorkStore> {
-        if !trace.is_file() {
-            anyhow::bail!("{} is neither a flow store (a directory) nor a trace file", trace.display());
-        }
-        std::fs::create_dir_all(under).with_context(|| format!("cannot create {}", under.display()))?;
-        // Stores a killed run left: their process is gone.
-        for e in std::fs::read_dir(under).with_context(|| format!("cannot read {}", under.display()))?.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix(WORK_PREFIX).and_then(|p| p.parse::<u32>().ok())
-                && !Path::new(&format!("/proc/{pid}")).exists()
-            {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-        let work = WorkStore { dir: under.join(format!("{WORK_PREFIX}{}", std::process::id())) };
-        let _ = std::fs::remove_dir_all(&work.dir);
-        let mut store = crate::cmd::store::open_writer(&work.dir, true)?;
-        let total = std::fs::metadata(trace).ok().map(|m| m.len());
-        let pb = progress::bytes(total, "import");
-        let stats = store
-            .import(trace, &pcaptool_flowstore::ImportOptions::default(), &mut |at| pb.set_position(at))
-            .with_context(|| {
-            format!("cannot read {} (into a temporary store in {})", trace.display(), under.display())
-        })?;
-        pb.finish_and_clear();
-        if let Some(d) = &stats.damage {
-            eprintln!(
-                "pcaptool: warning: {}: {}; the {} packets before it are exported",
-                trace.display(),
-                pcaptool_packet::Chain(d),
-                stats.packets
-            );
-        }
-        Ok(work)
-    }
-}
-
-impl Drop for WorkStore {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// A capture's exporter (`pcaptool capture --export DIR`): a thread that exports the store's closed segments to

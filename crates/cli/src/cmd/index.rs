@@ -14,7 +14,8 @@ use crate::progress;
 /// Arguments of `pcaptool index`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The captures to index (pcap or pcapng, possibly compressed); each gets `TRACE.ptidx` beside it.
+    /// The captures to index (pcap or pcapng, possibly compressed; a directory of captures or a pattern such as
+    /// `'dir/*.pcap'` gives its files); each gets `TRACE.ptidx` beside it.
     #[arg(required = true, num_args = 1..)]
     traces: Vec<PathBuf>,
     /// Threads (default: all cores).
@@ -35,8 +36,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.threads {
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global();
     }
+    let mut traces = Vec::new();
+    for input in crate::inputs::expand(&args.traces)? {
+        match input {
+            crate::inputs::Input::Trace(t) => traces.push(t),
+            crate::inputs::Input::Store(d) => {
+                bail!("{} is a flow store, which keeps its own indexes: index traces", d.display())
+            }
+        }
+    }
     let mut code = ExitCode::SUCCESS;
-    for trace in &args.traces {
+    for trace in &traces {
         let out = sidecar_path(trace);
         let total = std::fs::metadata(trace).ok().map(|m| m.len());
         let pb = progress::bytes(total, "index");

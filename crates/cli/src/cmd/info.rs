@@ -10,6 +10,7 @@ use pcaptool_packet::{
 };
 use serde::Serialize;
 
+use crate::inputs::Input;
 use crate::progress;
 
 /// Arguments of `pcaptool info`.
@@ -70,18 +71,38 @@ struct FileInfo {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let [dir] = args.files.as_slice()
-        && dir.is_dir()
+        && pcaptool_flowstore::is_store_dir(dir)
     {
         return crate::cmd::store::info(dir, args.json);
     }
     // Like capinfos: every file reported, one that cannot be opened or is damaged said on stderr, and the exit
-    // status says whether any was.
+    // status says whether any was. A pattern that matches nothing, or a store among files, is one such error.
     let mut infos = Vec::new();
     let mut failed = false;
-    for path in &args.files {
-        let info = summarize(path, !args.no_protocols);
-        failed |= info.as_ref().map_or(true, |i| i.error.is_some());
-        infos.push(info);
+    for item in &args.files {
+        let inputs = match crate::inputs::expand(std::slice::from_ref(item)) {
+            Ok(i) => i,
+            Err(e) => {
+                failed = true;
+                infos.push(Err((item.display().to_string(), e)));
+                continue;
+            }
+        };
+        for input in inputs {
+            let info = match &input {
+                Input::Trace(path) => summarize(path, !args.no_protocols),
+                Input::Store(dir) => Err((
+                    dir.display().to_string(),
+                    anyhow::anyhow!(
+                        "{} is a flow store: `pcaptool info {}` describes it alone",
+                        dir.display(),
+                        dir.display()
+                    ),
+                )),
+            };
+            failed |= info.as_ref().map_or(true, |i| i.error.is_some());
+            infos.push(info);
+        }
     }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());

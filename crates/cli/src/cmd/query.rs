@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::bail;
 use pcaptool_engine::{OpenOptions, Outcome, Request, Source, SourceKind, TraceSink, WriteOptions};
 use pcaptool_packet::Chain;
-use pcaptool_query::Filter;
 
 use crate::args::{Compress, Format, parse_time_arg};
 use crate::cmd::{same_file, warn_skipped};
@@ -16,14 +15,20 @@ use crate::cmd::{same_file, warn_skipped};
 /// Arguments of `pcaptool query`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The capture to search (pcap or pcapng, possibly compressed; `-` for standard input), a flow store's
-    /// directory, a sensor's address (`https://HOST:PORT`, a `pcaptool serve`), `@FILE` for a file of sensors, or
-    /// several of these separated by commas (their answers merged by timestamp into one).
-    source: PathBuf,
-    /// The filter, in tcpdump's language (several words are joined with spaces, as tcpdump does; put it after
-    /// `--` if it starts with '-').
-    #[arg(required_unless_present = "flow", num_args = 1..)]
-    filter: Vec<String>,
+    /// The source, then the filter: the capture to search (pcap or pcapng, possibly compressed; `-` for standard
+    /// input), a flow store's directory, a directory of captures, a pattern (`'dir/*.pcap'`), a sensor's address
+    /// (`https://HOST:PORT`, a `pcaptool serve`), `@FILE` for a file of sensors, or several of these separated by
+    /// commas. The words after it are the filter, in tcpdump's language (joined with spaces, as tcpdump does).
+    /// Several sources: name them all before `--` and put the filter after it (`pcaptool query a.pcap b.pcapng
+    /// -- tcp port 80`), or give each with -r; their answers are merged by timestamp into one.
+    #[arg(value_name = "SOURCE [FILTER]", required_unless_present = "read")]
+    words: Vec<String>,
+    /// The filter, when the words before `--` are all sources.
+    #[arg(last = true, value_name = "FILTER")]
+    after: Vec<String>,
+    /// A source to read (repeat for several, as tcpdump's -r; the words are then all filter).
+    #[arg(short = 'r', long = "read", value_name = "SOURCE")]
+    read: Vec<PathBuf>,
     /// Write the matching packets here (`-` for standard output): pcap when they have one link type, pcapng
     /// when they have several; the name's extension (`.pcapng`, `.pcap`, `.gz`, `.zst`, `.lz4`) decides the
     /// format and compression unless --format/--compress do.
@@ -52,8 +57,8 @@ pub(crate) struct Args {
     #[arg(long)]
     json: bool,
     /// Only packets at or after this time (RFC 3339 or epoch seconds).
-    #[arg(long, value_parser = parse_time_arg)]
-    after: Option<u64>,
+    #[arg(long = "after", value_parser = parse_time_arg)]
+    after_time: Option<u64>,
     /// Only packets before this time.
     #[arg(long, value_parser = parse_time_arg)]
     before: Option<u64>,
@@ -76,28 +81,30 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.write.is_none() && !args.count && !args.explain {
         bail!("say what to do with the matches: -w FILE to write them (- for standard output), --count, or --explain");
     }
+    let (sources, words) = crate::inputs::split_words(&args.words, &args.after, &args.read);
     if let Some(w) = &args.write
         && w.as_os_str() != "-"
-        && same_file(&args.source, w)
+        && let Some(s) = sources.iter().find(|s| same_file(s, w))
     {
-        bail!("{} is both the source and the output: choose another output file", w.display());
+        bail!("{} is both a source and the output: choose another output file", s.display());
     }
     if let Some(n) = args.threads {
         // A second call (tests run several queries in one process) keeps the first pool.
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global();
     }
-    let text = args.filter.join(" ");
+    let text = words.join(" ");
     let mut req = Request::new();
-    if !text.is_empty() || !args.source.is_dir() {
-        req = req.with_filter(Filter::new(&text).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?);
+    if !text.is_empty() || !sources.iter().all(|s| s.is_dir()) {
+        let filter = crate::inputs::parse_filter(&words)?;
+        req = req.with_filter(filter);
     }
-    req.after = args.after;
+    req.after = args.after_time;
     req.before = args.before;
     req.limit = args.limit;
     req.flow = args.flow;
     req.count_only = args.count && args.write.is_none();
     let opts = OpenOptions::new().use_index(!args.scan).skip_damaged(args.skip_damaged);
-    let source = crate::sources::open(&args.source, &opts, &args.remote)?;
+    let source = crate::sources::open(&sources, &opts, &args.remote)?;
     if args.explain {
         crate::explain::print(&source.plan(&req)?, args.json)?;
         return Ok(ExitCode::SUCCESS);

@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::Context;
+
 use pcaptool_flowstore::{Flow, ImportOptions, Store, StoreError};
 use pcaptool_packet::Chain;
 use pcaptool_packet::Need;
-use pcaptool_query::Filter;
 use pcaptool_query::plan::necessary;
 
+use crate::inputs::Input;
 use crate::progress;
 
 /// Arguments of `pcaptool import`.
@@ -166,11 +168,23 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
 /// Arguments of `pcaptool flows`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct FlowsArgs {
-    /// The store directory.
-    store: PathBuf,
-    /// Only the flows that may hold a packet this tcpdump filter matches (by their addresses, ports, protocol,
-    /// VLAN and time).
-    filter: Vec<String>,
+    /// The source, then the filter: a store directory, or captures (a file, a directory of captures, a pattern
+    /// such as `'dir/*.pcap'`), whose flows are found by importing them into a temporary store. The words after
+    /// it are a tcpdump filter: only the flows that may hold a packet it matches are listed (by their addresses,
+    /// ports, protocol, VLAN and time). Several captures: name them before `--`, the filter after it, or give
+    /// each with -r.
+    #[arg(value_name = "SOURCE [FILTER]", required_unless_present = "read")]
+    words: Vec<String>,
+    /// The filter, when the words before `--` are all sources.
+    #[arg(last = true, value_name = "FILTER")]
+    after: Vec<String>,
+    /// A capture to read (repeat for several).
+    #[arg(short = 'r', long = "read", value_name = "TRACE")]
+    read: Vec<PathBuf>,
+    /// Where captures' temporary store goes (default: the system's temporary directory); it takes about their
+    /// size, and is removed afterwards.
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
     /// One JSON object per flow, one per line.
     #[arg(long)]
     json: bool,
@@ -180,14 +194,41 @@ pub(crate) struct FlowsArgs {
 }
 
 pub(crate) fn flows(args: FlowsArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(&args.store, args.skip_damaged)?;
-    let need = if args.filter.is_empty() {
-        Need::All
-    } else {
-        let f = Filter::new(&args.filter.join(" ")).map_err(|e| anyhow::anyhow!("invalid filter: {e}"))?;
-        necessary(&f)
+    let (sources, words) = crate::inputs::split_words(&args.words, &args.after, &args.read);
+    let need = match words.is_empty() {
+        true => Need::All,
+        false => necessary(&crate::inputs::parse_filter(&words)?),
     };
-    let flows = store.flows(&need).map_err(|e| read_error(&args.store, e))?;
+    // A path that is not there is taken for a store (whose error says how to make one).
+    let inputs = match sources.as_slice() {
+        [one] if !one.exists() && !crate::inputs::is_pattern(&one.to_string_lossy()) => {
+            vec![Input::Store(one.clone())]
+        }
+        _ => crate::inputs::expand(&sources)?,
+    };
+    let work;
+    let store_dir = match inputs.as_slice() {
+        [Input::Store(dir)] => dir.clone(),
+        _ => {
+            let mut traces = Vec::new();
+            for i in &inputs {
+                match i {
+                    Input::Trace(t) if t.as_os_str() != "-" => traces.push(t.clone()),
+                    Input::Trace(_) => anyhow::bail!("flows reads files: save standard input to a file first"),
+                    Input::Store(d) => anyhow::bail!(
+                        "{} is a flow store: list a store's flows alone (`pcaptool flows {}`)",
+                        d.display(),
+                        d.display()
+                    ),
+                }
+            }
+            let under = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+            work = WorkStore::import(&traces, &under, "listed")?;
+            work.dir().to_path_buf()
+        }
+    };
+    let store = open_store(&store_dir, args.skip_damaged)?;
+    let flows = store.flows(&need).map_err(|e| read_error(&store_dir, e))?;
     let stdout = io::stdout();
     let mut o = BufWriter::new(stdout.lock());
     if !args.json {
@@ -301,5 +342,68 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
             dir.display()
         );
         Ok(ExitCode::from(crate::cmd::EXIT_DAMAGED))
+    }
+}
+
+/// A trace's temporary store, removed when dropped (and, if a killed run left one, by the next run under the
+/// same directory).
+pub(crate) struct WorkStore {
+    dir: PathBuf,
+}
+
+/// The prefix of a temporary store's directory name; the process id follows.
+const WORK_PREFIX: &str = ".pcaptool-work-";
+
+impl WorkStore {
+    /// Imports `traces` into a new store under `under`, in order, with the importer's progress bar; says what
+    /// a damaged trace lost (the packets before the damage are `used`).
+    pub(crate) fn import(traces: &[PathBuf], under: &Path, used: &str) -> anyhow::Result<WorkStore> {
+        for trace in traces {
+            if !trace.is_file() {
+                anyhow::bail!("{} is neither a flow store (a directory) nor a trace file", trace.display());
+            }
+        }
+        std::fs::create_dir_all(under).with_context(|| format!("cannot create {}", under.display()))?;
+        // Stores a killed run left: their process is gone.
+        for e in std::fs::read_dir(under).with_context(|| format!("cannot read {}", under.display()))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix(WORK_PREFIX).and_then(|p| p.parse::<u32>().ok())
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let work = WorkStore { dir: under.join(format!("{WORK_PREFIX}{}", std::process::id())) };
+        let _ = std::fs::remove_dir_all(&work.dir);
+        let mut store = open_writer(&work.dir, true)?;
+        for trace in traces {
+            let total = std::fs::metadata(trace).ok().map(|m| m.len());
+            let pb = progress::bytes(total, "import");
+            let stats =
+                store.import(trace, &ImportOptions::default(), &mut |at| pb.set_position(at)).with_context(|| {
+                    format!("cannot read {} (into a temporary store in {})", trace.display(), under.display())
+                })?;
+            pb.finish_and_clear();
+            if let Some(d) = &stats.damage {
+                eprintln!(
+                    "pcaptool: warning: {}: {}; the {} packets before it are {used}",
+                    trace.display(),
+                    Chain(d),
+                    stats.packets
+                );
+            }
+        }
+        Ok(work)
+    }
+
+    /// The temporary store's directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for WorkStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,0 +1,135 @@
+//! Everyday command-line use, through the binary, against the Wireshark and tcpdump tools that do the same:
+//! several traces in one command (checked against `mergecap` then `tcpdump`), listing packets as tcpdump does,
+//! and the trace tools. Generated traces always; the real captures of `../shared/corpus` where they are present
+//! (skipped with a message otherwise; CI has them). mergecap and tcpdump are skipped with a message where they
+//! are not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, corpus_dir, pcaptool_bin, records_us, tcpdump_records, tool};
+
+fn pcaptool(args: &[&str]) -> Output {
+    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A generated trace (those of different seeds start at the same time, so their packets interleave).
+fn gen_trace(dir: &Path, name: &str, packets: u64, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Traces whose packets interleave in time: generated ones, and real ones of the corpus when present.
+fn trace_sets(tmp: &TempDir) -> Vec<Vec<PathBuf>> {
+    let gen_dir = tmp.join("gen");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    let a = gen_trace(&gen_dir, "a.pcap", 3000, 1);
+    let b = gen_trace(&gen_dir, "b.pcap", 2000, 2);
+    let mut sets = vec![vec![a, b]];
+    match corpus_dir() {
+        Some(c) => sets.push(
+            [
+                "suricata-verify/tests/bug-4376/syn_retransmit_with_ts.pcap",
+                "tcpdump/tests/afs.pcap",
+                "suricata-verify/tests/smb2-09-trunc-file-logging/input.pcap",
+            ]
+            .iter()
+            .map(|f| c.join(f))
+            .filter(|f| f.exists())
+            .collect(),
+        ),
+        None => eprintln!("../shared/corpus is absent: several traces are checked on generated traces only"),
+    }
+    sets
+}
+
+/// `pcaptool query a b -- FILTER` (and with -r, a directory, a pattern, commas) returns exactly what tcpdump
+/// returns on the traces merged by `mergecap`; `info`, `index` and `flows` take the same lists.
+#[test]
+fn several_traces_answer_as_their_merge() {
+    let (Some(mergecap), Some(tcpdump)) = (tool("mergecap"), tool("tcpdump")) else {
+        eprintln!("mergecap or tcpdump is not installed: skipped");
+        return;
+    };
+    let tmp = TempDir::new("everyday-several");
+    for (n, set) in trace_sets(&tmp).iter().enumerate() {
+        // The same traces in a directory of their own, indexed but for one (each is read with its index, if any).
+        let dir = tmp.join(&format!("set{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let names: Vec<PathBuf> = set
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let to = dir.join(format!("{i}-{}", t.file_name().unwrap().to_string_lossy()));
+                std::fs::copy(t, &to).unwrap();
+                to
+            })
+            .collect();
+        let o = pcaptool(&["index", p(&dir)]);
+        assert!(o.status.success(), "{}", err(&o));
+        assert_eq!(out(&o).lines().count(), names.len(), "a directory's captures are indexed");
+        std::fs::remove_file(format!("{}.ptidx", p(&names[0]))).unwrap();
+        let merged = tmp.join(&format!("merged{n}.pcap"));
+        let o = Command::new(&mergecap).arg("-F").arg("pcap").arg("-w").arg(&merged).args(&names).output().unwrap();
+        assert!(o.status.success(), "mergecap: {}", err(&o));
+        let joined = names.iter().map(|n| p(n)).collect::<Vec<_>>().join(",");
+        let pattern = format!("{}/*.pcap", p(&dir));
+        for filter in ["tcp", "udp or icmp", "tcp port 80 or tcp port 445", "not ip6", ""] {
+            let want = tcpdump_records(&tcpdump, &merged, filter, &tmp.join("want.pcap")).unwrap();
+            let got_path = tmp.join("got.pcap");
+            let out_args = ["query", "-w", p(&got_path)];
+            let mut forms: Vec<Vec<&str>> = vec![
+                [&out_args[..], &names.iter().flat_map(|n| ["-r", p(n)]).collect::<Vec<_>>(), &[filter]].concat(),
+                [&out_args[..], &[p(&dir), filter]].concat(),
+                [&out_args[..], &[pattern.as_str(), filter]].concat(),
+                [&out_args[..], &[joined.as_str(), filter]].concat(),
+            ];
+            if !filter.is_empty() {
+                forms.push([&out_args[..], &names.iter().map(|n| p(n)).collect::<Vec<_>>(), &["--", filter]].concat());
+            }
+            for mut args in forms {
+                args.retain(|a| !a.is_empty());
+                let o = pcaptool(&args);
+                assert!(o.status.success(), "{args:?}: {}", err(&o));
+                assert!(err(&o).is_empty(), "{args:?}: {}", err(&o));
+                assert!(records_us(&got_path) == want, "{args:?}: not tcpdump's packets of the merged traces");
+            }
+            let o = pcaptool(&["query", "--count", p(&dir), "--", filter]);
+            assert_eq!(out(&o).trim(), want.len().to_string(), "{filter}: {}", err(&o));
+        }
+        // info: one report per capture of the directory; a pattern that matches nothing is an error at the end.
+        let o = pcaptool(&["info", "--json", "--no-protocols", p(&dir), &format!("{}/*.none", p(&dir))]);
+        assert_eq!(o.status.code(), Some(1));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), names.len() + 1);
+        assert!(v[names.len()]["error"].as_str().unwrap().contains("no file matches"), "{v}");
+        // flows of several traces: the flows of one store they are imported into.
+        let store = tmp.join(&format!("store{n}"));
+        let mut import = vec!["import"];
+        import.extend(names.iter().map(|n| p(n)));
+        import.extend(["--store", p(&store)]);
+        assert!(pcaptool(&import).status.success());
+        let of_store = pcaptool(&["flows", p(&store), "tcp"]);
+        let work = tmp.join("work");
+        let of_traces = pcaptool(&["flows", p(&dir), "--work-dir", p(&work), "--", "tcp"]);
+        assert!(of_traces.status.success(), "{}", err(&of_traces));
+        assert_eq!(out(&of_traces), out(&of_store), "flows of the traces are the flows of their store");
+        assert!(out(&of_store).lines().count() > 1);
+        assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "the temporary store is removed");
+    }
+}
