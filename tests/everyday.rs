@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use pcaptool_tests::tracegen::{GenOptions, generate};
-use pcaptool_tests::{TempDir, corpus_dir, pcaptool_bin, records_us, tcpdump_records, tool};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, records_us, tcpdump_records, tool};
 
 fn pcaptool(args: &[&str]) -> Output {
     Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
@@ -132,4 +132,70 @@ fn several_traces_answer_as_their_merge() {
         assert!(out(&of_store).lines().count() > 1);
         assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "the temporary store is removed");
     }
+}
+
+/// The (µs time, wire length) of each packet a `query --json` listing prints.
+fn listed(o: &Output) -> Vec<(u64, u32)> {
+    out(o)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            (v["ts"].as_u64().unwrap() / 1000, v["len"].as_u64().unwrap() as u32)
+        })
+        .collect()
+}
+
+/// Without -w, `pcaptool query` lists the packets tcpdump lists, in its order, one line each (text and JSON
+/// lines); `-c N` the first N. On generated traces and, when present, on every small corpus trace of one link
+/// type with five filters.
+#[test]
+fn listing_shows_the_packets_tcpdump_lists() {
+    let Some(tcpdump) = tool("tcpdump") else {
+        eprintln!("tcpdump is not installed: skipped");
+        return;
+    };
+    let tmp = TempDir::new("everyday-list");
+    let mut traces = vec![gen_trace(&tmp.join("."), "gen.pcap", 4000, 5)];
+    match corpus_dir() {
+        Some(c) => traces.extend(
+            corpus_files(&c)
+                .iter()
+                .map(|f| c.join(f))
+                .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() < 1 << 20))
+                .step_by(20),
+        ),
+        None => eprintln!("../shared/corpus is absent: listing is checked on a generated trace only"),
+    }
+    let (mut compared, mut packets) = (0, 0);
+    for trace in &traces {
+        for filter in ["", "tcp", "udp and not port 53", "ip6 or arp", "vlan or icmp"] {
+            let Some(want) = tcpdump_records(&tcpdump, trace, filter, &tmp.join("want.pcap")) else { continue };
+            let mut args = vec!["query", p(trace), "--json"];
+            args.extend((!filter.is_empty()).then_some(filter));
+            let o = pcaptool(&args);
+            if !o.status.success() {
+                // A trace or filter pcaptool refuses: the corpus and filter tests hold those to tcpdump's.
+                continue;
+            }
+            let want: Vec<(u64, u32)> = want.iter().map(|r| (r.0, r.1)).collect();
+            assert_eq!(listed(&o), want, "{} {filter:?}: not tcpdump's packets", trace.display());
+            args.retain(|a| *a != "--json");
+            let text = pcaptool(&args);
+            assert!(text.status.success());
+            let lines: Vec<String> = out(&text).lines().map(String::from).collect();
+            assert_eq!(lines.len(), want.len(), "{} {filter:?}: one line a packet", trace.display());
+            for (l, (ts, len)) in lines.iter().zip(&want) {
+                assert!(l.ends_with(&format!(", length {len}")), "{l}");
+                let us = format!("{:02}.{:06}", ts / 1_000_000 % 60, ts % 1_000_000);
+                assert!(l.split(' ').next().unwrap().contains(&us), "{l}: the time is not {us}");
+            }
+            args.extend(["-c", "3"]);
+            let first = pcaptool(&[args.clone(), vec!["--json"]].concat());
+            assert_eq!(listed(&first), want.iter().take(3).copied().collect::<Vec<_>>());
+            compared += 1;
+            packets += want.len();
+        }
+    }
+    eprintln!("listing: {compared} trace and filter pairs, {packets} packets, as tcpdump lists them");
+    assert!(compared >= 5);
 }

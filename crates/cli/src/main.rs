@@ -15,6 +15,7 @@ mod args;
 mod cmd;
 mod explain;
 mod inputs;
+mod listing;
 mod progress;
 mod sources;
 
@@ -39,7 +40,8 @@ enum Command {
     Convert(cmd::convert::Args),
     /// Index traces (TRACE.ptidx beside each) so that queries read only the packets they need.
     Index(cmd::index::Args),
-    /// Select packets with a tcpdump filter: write them (-w), count them, or explain the plan.
+    /// Select packets with a tcpdump filter: list them (as tcpdump does), write them (-w), count them, or explain
+    /// the plan.
     Query(cmd::query::Args),
     /// Load a trace's index once and answer filters at a prompt (line editing, history).
     Shell(cmd::shell::Args),

@@ -44,8 +44,11 @@ pub(crate) struct Args {
     #[arg(long)]
     count: bool,
     /// Stop after this many matching packets.
-    #[arg(long, value_name = "N")]
+    #[arg(long, short = 'c', value_name = "N")]
     limit: Option<u64>,
+    /// Accepted for tcpdump's habit: the listing is numeric already.
+    #[arg(short = 'n', hide = true)]
+    numeric: bool,
     /// Show how the filter is evaluated (parsed form, plan, what the index or the store's stages read, the tests
     /// per link type) without running it.
     #[arg(long)]
@@ -53,7 +56,7 @@ pub(crate) struct Args {
     /// Scan the trace even if an index exists (and do not check the index).
     #[arg(long)]
     scan: bool,
-    /// Print counts and explanations as JSON.
+    /// Print counts and explanations as JSON, and list packets as JSON lines (their decoded fields).
     #[arg(long)]
     json: bool,
     /// Only packets at or after this time (RFC 3339 or epoch seconds).
@@ -78,9 +81,6 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.write.is_none() && !args.count && !args.explain {
-        bail!("say what to do with the matches: -w FILE to write them (- for standard output), --count, or --explain");
-    }
     let (sources, words) = crate::inputs::split_words(&args.words, &args.after, &args.read);
     if let Some(w) = &args.write
         && w.as_os_str() != "-"
@@ -121,7 +121,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outcome = match &args.write {
         Some(_) if to_stdout => source.run_with_progress(&req, &mut TraceSink::stdout(wopts), &progress)?,
         Some(w) => source.run_with_progress(&req, &mut TraceSink::create(w, wopts)?, &progress)?,
-        None => source.run_with_progress(&req, &mut pcaptool_engine::Counter::default(), &progress)?,
+        None if args.count => source.run_with_progress(&req, &mut pcaptool_engine::Counter::default(), &progress)?,
+        None => {
+            let mut listing =
+                crate::listing::Listing::new(std::io::BufWriter::new(std::io::stdout().lock()), args.json);
+            source.run_with_progress(&req, &mut listing, &progress)?
+        }
     };
     if args.count {
         let msg = count_line(&source, &text, &outcome, args.json);
