@@ -199,3 +199,44 @@ fn listing_shows_the_packets_tcpdump_lists() {
     eprintln!("listing: {compared} trace and filter pairs, {packets} packets, as tcpdump lists them");
     assert!(compared >= 5);
 }
+
+/// Completions and manual pages come from the command line's definition: every command is in them, bash takes
+/// the script, and `--version` names the features built in.
+#[test]
+fn completions_man_pages_and_version() {
+    let o = pcaptool(&["--version"]);
+    let v = out(&o);
+    assert!(v.starts_with("pcaptool ") && v.contains("export"), "{v}");
+    assert_eq!(v.contains("features: export"), !v.contains("without: export"), "{v}");
+    let commands = ["info", "convert", "index", "query", "import", "flows", "capture", "serve", "verify", "man"];
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = pcaptool(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", err(&o));
+        let script = out(&o);
+        for c in commands {
+            assert!(script.contains(c), "{shell}: {c} missing");
+        }
+    }
+    match tool("bash") {
+        Some(bash) => {
+            let script = out(&pcaptool(&["completions", "bash"]));
+            let o = Command::new(bash).args(["-c", &format!("{script}\ncomplete -p pcaptool")]).output().unwrap();
+            assert!(o.status.success() && out(&o).contains("_pcaptool"), "{}", err(&o));
+        }
+        None => eprintln!("bash is not installed: the script is not loaded"),
+    }
+    let page = out(&pcaptool(&["man"]));
+    assert!(page.contains(".TH pcaptool 1") && page.contains("query"), "{page}");
+    let tmp = TempDir::new("everyday-man");
+    let dir = tmp.join("man");
+    let o = pcaptool(&["man", "--out", p(&dir)]);
+    assert!(o.status.success(), "{}", err(&o));
+    for c in commands {
+        let page = std::fs::read_to_string(dir.join(format!("pcaptool-{c}.1"))).unwrap();
+        assert!(page.contains(&format!(".TH pcaptool-{c} 1")), "{c}: {page}");
+    }
+    if let Some(man) = tool("man") {
+        let o = Command::new(man).arg("-l").arg(dir.join("pcaptool-query.1")).env("MANPAGER", "cat").output().unwrap();
+        assert!(o.status.success() && out(&o).contains("tcpdump filter"), "{}", err(&o));
+    }
+}

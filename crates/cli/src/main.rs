@@ -24,9 +24,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The version, and the optional features this binary was built with.
+#[cfg(all(feature = "export", feature = "xdp"))]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: export, xdp)");
+#[cfg(all(feature = "export", not(feature = "xdp")))]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: export; without: xdp)");
+#[cfg(all(not(feature = "export"), feature = "xdp"))]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: xdp; without: export)");
+#[cfg(all(not(feature = "export"), not(feature = "xdp")))]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (without: export, xdp)");
+
 /// Packet capture and retrieval toolkit.
 #[derive(Debug, Parser)]
-#[command(name = "pcaptool", version, about, long_about = None, propagate_version = true)]
+#[command(name = "pcaptool", version = VERSION, about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,6 +74,16 @@ enum Command {
     Repair(cmd::maintain::RepairArgs),
     /// Remove a flow store's oldest segments whole until it takes at most --max-size. Takes the writer lock.
     Retain(cmd::maintain::RetainArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell (e.g. `pcaptool completions
+    /// bash > /etc/bash_completion.d/pcaptool`).
+    Completions(cmd::docs::CompletionsArgs),
+    /// Print the manual page (roff), or write one page per command into a directory (`--out DIR`).
+    Man(cmd::docs::ManArgs),
+}
+
+/// The command line's definition (for completions and manual pages).
+pub(crate) fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 fn main() -> ExitCode {
@@ -86,6 +106,8 @@ fn main() -> ExitCode {
         Command::Verify(a) => cmd::maintain::verify(a),
         Command::Repair(a) => cmd::maintain::repair(a),
         Command::Retain(a) => cmd::maintain::retain(a),
+        Command::Completions(a) => cmd::docs::completions(a),
+        Command::Man(a) => cmd::docs::man(a),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub(crate) mod capture;
 pub(crate) mod convert;
+pub(crate) mod docs;
 #[cfg(not(feature = "export"))]
 #[path = "export_off.rs"]
 pub(crate) mod export;
