@@ -240,3 +240,47 @@ fn completions_man_pages_and_version() {
         assert!(o.status.success() && out(&o).contains("tcpdump filter"), "{}", err(&o));
     }
 }
+
+/// `pcaptool shell` opens a flow store: counts, flows, a flow's packets (counted and written) and listings equal
+/// what `query`, `flows` and `query --flow` answer.
+#[test]
+fn shell_opens_stores() {
+    use std::io::Write as _;
+    let tmp = TempDir::new("everyday-shell");
+    let a = gen_trace(&tmp.join("."), "a.pcap", 3000, 3);
+    let store = tmp.join("store");
+    assert!(pcaptool(&["import", p(&a), "--store", p(&store)]).status.success());
+    let written = tmp.join("flow.pcap");
+    let script = format!("tcp\nflows udp\nflow 5\nflow 5 {}\nlist tcp port 22\nflow x\nquit\n", p(&written));
+    let mut child = Command::new(pcaptool_bin())
+        .args(["shell", p(&store)])
+        .env("HOME", tmp.join("home"))
+        .env_remove("XDG_STATE_HOME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(err(&o).contains("flow store of") && err(&o).contains("error: flow needs a flow id"), "{}", err(&o));
+    let query = |args: &[&str]| out(&pcaptool(&[&["query", p(&store)][..], args].concat()));
+    let flows = out(&pcaptool(&["flows", p(&store), "--json", "udp"]));
+    let listing = query(&["tcp port 22", "-c", "101"]);
+    let mut want = query(&["tcp", "--count"]);
+    want += &flows;
+    want += &query(&["--flow", "5", "--count"]);
+    want += &query(&["--flow", "5", "--count"]);
+    for l in listing.lines().take(100) {
+        want += l;
+        want.push('\n');
+    }
+    if listing.lines().count() > 100 {
+        want += "(more: `write FILE FILTER` keeps them all)\n";
+    }
+    assert_eq!(out(&o), want);
+    let expected = tmp.join("expected.pcap");
+    assert!(pcaptool(&["query", p(&store), "--flow", "5", "-w", p(&expected)]).status.success());
+    assert_eq!(std::fs::read(&written).unwrap(), std::fs::read(&expected).unwrap());
+}
