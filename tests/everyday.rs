@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use pcaptool_tests::tracegen::{GenOptions, generate};
-use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, records_us, tcpdump_records, tool};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, records_us, repo_root, tcpdump_records, tool};
 
 fn pcaptool(args: &[&str]) -> Output {
     Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
@@ -283,4 +283,286 @@ fn shell_opens_stores() {
     let expected = tmp.join("expected.pcap");
     assert!(pcaptool(&["query", p(&store), "--flow", "5", "-w", p(&expected)]).status.success());
     assert_eq!(std::fs::read(&written).unwrap(), std::fs::read(&expected).unwrap());
+}
+
+/// Runs a Wireshark tool; None (with a message) when it is not installed.
+fn wireshark(name: &str, args: &[&str]) -> Option<Output> {
+    let Some(t) = tool(name) else {
+        eprintln!("{name} is not installed: its comparison is skipped");
+        return None;
+    };
+    let o = Command::new(t).args(args).output().unwrap();
+    if !o.status.success() {
+        // A file the Wireshark tool cannot write (mergecap and two pcapng sections of different link types).
+        eprintln!("{name} {args:?} fails, its comparison is skipped: {}", err(&o));
+        return None;
+    }
+    Some(o)
+}
+
+/// Records (µs time, wire length, bytes) of every file of a split, in file order, files with none left out.
+fn split_records(files: &[PathBuf]) -> Vec<Vec<(u64, u32, Vec<u8>)>> {
+    files.iter().map(|f| records_us(f)).filter(|r| !r.is_empty()).collect()
+}
+
+/// The traces the tools are tried on: generated ones (with duplicates and disorder made by mergecap), and real
+/// ones from the corpus when present.
+fn tool_traces(tmp: &TempDir) -> Vec<PathBuf> {
+    let dir = tmp.join("in");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut v = vec![gen_trace(&dir, "gen.pcap", 3000, 11)];
+    match corpus_dir() {
+        Some(c) => v.extend(
+            [
+                "suricata-verify/tests/smb2-09-trunc-file-logging/input.pcap",
+                "tcpdump/tests/pim-packet-assortment.pcap",
+                "tcpdump/tests/afs.pcap",
+            ]
+            .iter()
+            .map(|f| c.join(f))
+            .filter(|f| f.exists()),
+        ),
+        None => eprintln!("../shared/corpus is absent: the tools are tried on generated traces only"),
+    }
+    v.push(repo_root().join("testdata/tunnels.pcap"));
+    v.push(repo_root().join("testdata/pcapng-two-sections.pcapng"));
+    v
+}
+
+/// merge, sort, dedup and split write what mergecap, reordercap and editcap write: the same records in the same
+/// order (and, for split, in the same files, editcap's empty ones aside).
+#[test]
+fn merge_sort_dedup_and_split_match_the_wireshark_tools() {
+    if tool("mergecap").is_none() {
+        eprintln!("mergecap is not installed: skipped");
+        return;
+    }
+    let tmp = TempDir::new("everyday-tools");
+    let traces = tool_traces(&tmp);
+    let w = |n: &str| tmp.join(n);
+    for t in &traces {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        // merge: the trace with a second copy of itself, pcap out (as mergecap -F pcap).
+        let twice = w("twice.pcapng");
+        let copy = w(&format!("copy-{name}"));
+        std::fs::copy(t, &copy).unwrap();
+        let o = pcaptool(&["merge", p(t), p(&copy), "-w", p(&twice)]);
+        assert!(o.status.success(), "{name}: {}", err(&o));
+        let m = w("m.pcapng");
+        let theirs = match wireshark("mergecap", &["-w", p(&m), p(t), p(&copy)]) {
+            Some(_) => records_us(&m),
+            None => Vec::new(),
+        };
+        let ours = records_us(&twice);
+        assert_eq!(ours.len(), 2 * records_us(t).len(), "{name}: merge lost packets");
+        // A packet longer than its interface's snapshot length is cut to it, as libpcap reads it (mergecap keeps
+        // it whole, and libpcap, tcpdump and our reader then stop at it in mergecap's output): compare what
+        // both hold, times and wire lengths whole.
+        if theirs.len() < ours.len() {
+            eprintln!("{name}: mergecap's output is readable for {} of {} packets only", theirs.len(), ours.len());
+        }
+        for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            let n = a.2.len().min(b.2.len());
+            assert!(a.0 == b.0 && a.1 == b.1 && a.2[..n] == b.2[..n], "{name}: packet {i} differs from mergecap's");
+        }
+        // dedup: every packet is there twice, back to back (editcap -d, -D 3, -w 0.5).
+        for (ours, theirs) in [
+            (vec![], vec!["-d"]),
+            (vec!["--window", "3"], vec!["-D", "3"]),
+            (vec!["--time-window", "0.5"], vec!["-w", "0.5"]),
+        ] {
+            let (a, b) = (w("d1.pcapng"), w("d2.pcapng"));
+            let o = pcaptool(&[&["dedup", p(&twice), "-w", p(&a)][..], &ours].concat());
+            assert!(o.status.success(), "{name}: {}", err(&o));
+            if wireshark("editcap", &[&theirs[..], &[p(&twice), p(&b)]].concat()).is_some() {
+                assert!(records_us(&a) == records_us(&b), "{name} {ours:?}: dedup differs from editcap {theirs:?}");
+            }
+        }
+        // sort: the trace appended after a later one, so that it is out of order (mergecap -a).
+        let later = w("later.pcap");
+        let o = pcaptool(&["convert", p(t), p(&later)]);
+        assert!(o.status.success() || !err(&o).is_empty());
+        let unordered = w("unordered.pcapng");
+        if wireshark("mergecap", &["-a", "-w", p(&unordered), p(&traces[0]), p(t)]).is_none() {
+            continue;
+        }
+        for memory in ["512M", "16K"] {
+            let (a, b) = (w("s1.pcapng"), w("s2.pcapng"));
+            let o = pcaptool(&["sort", p(&unordered), "-w", p(&a), "--memory", memory]);
+            assert!(o.status.success(), "{name}: {}", err(&o));
+            if wireshark("reordercap", &[p(&unordered), p(&b)]).is_some() {
+                assert!(records_us(&a) == records_us(&b), "{name} --memory {memory}: sort differs from reordercap");
+            }
+        }
+        // split: by packets and by interval.
+        for (ours, theirs) in
+            [(vec!["--packets", "100"], vec!["-c", "100"]), (vec!["--interval", "20"], vec!["-i", "20"])]
+        {
+            let (da, db) = (w(&format!("sa-{name}-{}", ours[0])), w(&format!("sb-{name}-{}", ours[0])));
+            std::fs::create_dir_all(&db).unwrap();
+            let o = pcaptool(&[&["split", p(t), "-w", p(&da.join("part.pcapng")), "--json"][..], &ours].concat());
+            assert!(o.status.success(), "{name}: {}", err(&o));
+            let ours_files: Vec<PathBuf> = out(&o)
+                .lines()
+                .map(|l| PathBuf::from(serde_json::from_str::<serde_json::Value>(l).unwrap()["file"].as_str().unwrap()))
+                .collect();
+            if wireshark("editcap", &[&theirs[..], &[p(t), p(&db.join("e.pcapng"))]].concat()).is_none() {
+                continue;
+            }
+            let mut theirs_files: Vec<PathBuf> = std::fs::read_dir(&db).unwrap().map(|e| e.unwrap().path()).collect();
+            theirs_files.sort();
+            let (a, b) = (split_records(&ours_files), split_records(&theirs_files));
+            let firsts = |v: &[Vec<(u64, u32, Vec<u8>)>]| v.iter().map(|f| (f.len(), f[0].0)).collect::<Vec<_>>();
+            assert!(
+                a == b,
+                "{name} {ours:?}: split differs from editcap {theirs:?}: {:?} {:?}",
+                firsts(&a),
+                firsts(&b)
+            );
+        }
+    }
+}
+
+/// split --flows keeps each flow whole in one file, and the files together hold every packet.
+#[test]
+fn split_by_flow_keeps_flows_whole() {
+    let tmp = TempDir::new("everyday-split-flows");
+    let t = gen_trace(&tmp.join("."), "t.pcap", 3000, 12);
+    let o = pcaptool(&["split", p(&t), "--flows", "4", "-w", p(&tmp.join("f.pcap")), "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let files: Vec<String> = out(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["file"].as_str().unwrap().to_string())
+        .collect();
+    assert!(files.len() > 1);
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut total = 0;
+    for (i, f) in files.iter().enumerate() {
+        let o = pcaptool(&["flows", f, "--json"]);
+        for l in out(&o).lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let mut ends = [format!("{}:{}", v["orig_h"], v["orig_p"]), format!("{}:{}", v["resp_h"], v["resp_p"])];
+            ends.sort();
+            let key = format!("{}-{}-{}-{}", ends[0], ends[1], v["proto"], v["vlan"]);
+            assert_eq!(*seen.entry(key.clone()).or_insert(i), i, "{key} is in two files");
+        }
+        total += records_us(Path::new(f)).len();
+    }
+    assert_eq!(total, records_us(&t).len());
+}
+
+/// stats counts what capinfos and tcpdump count: packets and bytes of the whole trace, and per filter; per
+/// interval, the intervals add up to the whole.
+#[test]
+fn stats_count_as_capinfos_and_tcpdump() {
+    let tmp = TempDir::new("everyday-stats");
+    for t in tool_traces(&tmp) {
+        let filters = ["tcp", "udp", "ip6 or arp"];
+        let mut args = vec!["stats", p(&t), "--json", "--interval", "10"];
+        for f in &filters {
+            args.extend(["-f", f]);
+        }
+        let o = pcaptool(&args);
+        assert!(o.status.success(), "{}: {}", t.display(), err(&o));
+        let v: serde_json::Value = serde_json::from_str(out(&o).trim()).unwrap();
+        let total = &v["total"];
+        let all = records_us(&t);
+        assert_eq!(total["all"]["packets"], all.len() as u64);
+        assert_eq!(total["all"]["bytes"], all.iter().map(|r| u64::from(r.1)).sum::<u64>());
+        if let Some(c) = wireshark("capinfos", &["-M", "-c", "-d", "-T", p(&t)]) {
+            let line = out(&c).lines().nth(1).unwrap().to_string();
+            let cols: Vec<&str> = line.split('\t').collect();
+            assert_eq!(cols[1], total["all"]["packets"].to_string(), "capinfos packets: {line}");
+            assert_eq!(cols[2], total["all"]["bytes"].to_string(), "capinfos bytes: {line}");
+        }
+        if let Some(tcpdump) = tool("tcpdump") {
+            for (i, f) in filters.iter().enumerate() {
+                if let Some(want) = tcpdump_records(&tcpdump, &t, f, &tmp.join("f.pcap")) {
+                    assert_eq!(total["filters"][i]["packets"], want.len() as u64, "{}: {f}", t.display());
+                }
+            }
+        }
+        let intervals = v["intervals"].as_array().unwrap();
+        let sum: u64 = intervals.iter().map(|i| i["all"]["packets"].as_u64().unwrap()).sum();
+        assert_eq!(sum, all.len() as u64);
+    }
+}
+
+/// anonymise: the published Crypto-PAn vectors hold (a unit test), and on traces: prefixes are preserved between
+/// every pair of addresses, the same key maps an address the same way in two files, another key differently,
+/// tshark finds every checksum as it was (valid stays valid), and --truncate-payload cuts after the headers.
+#[test]
+fn anonymise_preserves_prefixes_and_checksums() {
+    let tmp = TempDir::new("everyday-anon");
+    let key = tmp.join("key");
+    std::fs::write(&key, "156e2c80a6de3a3dc8cd2b0f0a2a0b8d7a2ce5b1c56d4ea8b2b8c2ad0d5b9d11\n").unwrap();
+    let addrs = |f: &Path| -> Vec<(String, String)> {
+        let o = pcaptool(&["query", p(f), "ip", "--json"]);
+        out(&o)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["src"].as_str().unwrap().to_string(), v["dst"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let mut mapping: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let checks = ["-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE"];
+    let statuses = |f: &Path| -> Option<String> {
+        let fields =
+            ["-T", "fields", "-e", "ip.checksum.status", "-e", "tcp.checksum.status", "-e", "udp.checksum.status"];
+        wireshark("tshark", &[&["-r", p(f)][..], &checks, &fields].concat()).map(|o| out(&o))
+    };
+    for t in tool_traces(&tmp) {
+        let a = tmp.join("a.pcapng");
+        let o = pcaptool(&["anonymise", p(&t), "-w", p(&a), "--key-file", p(&key), "--macs"]);
+        assert!(o.status.success(), "{}: {}", t.display(), err(&o));
+        let (before, after) = (addrs(&t), addrs(&a));
+        assert_eq!(before.len(), after.len());
+        for ((s, d), (s2, d2)) in before.iter().zip(&after) {
+            for (x, y) in [(s, s2), (d, d2)] {
+                assert_eq!(mapping.entry(x.clone()).or_insert_with(|| y.clone()), y, "{x} mapped two ways");
+            }
+        }
+        if let (Some(x), Some(y)) = (statuses(&t), statuses(&a)) {
+            assert_eq!(x, y, "{}: checksum statuses changed", t.display());
+        }
+        // Same length and time of every packet.
+        let (r0, r1) = (records_us(&t), records_us(&a));
+        assert!(r0.iter().zip(&r1).all(|(x, y)| x.0 == y.0 && x.1 == y.1 && x.2.len() == y.2.len()));
+        // Truncated: no longer than before, headers still decode to the same mapped addresses.
+        let cut = tmp.join("cut.pcapng");
+        let o = pcaptool(&["anonymise", p(&t), "-w", p(&cut), "--key-file", p(&key), "--truncate-payload"]);
+        assert!(o.status.success(), "{}", err(&o));
+        assert_eq!(addrs(&cut), after);
+        let rc = records_us(&cut);
+        assert!(rc.iter().zip(&r0).all(|(c, o)| c.2.len() <= o.2.len() && c.1 == o.1));
+        assert!(rc.iter().map(|r| r.2.len()).sum::<usize>() < r0.iter().map(|r| r.2.len()).sum::<usize>());
+    }
+    // Prefix preservation between every pair of distinct addresses seen (IPv4 and IPv6 apart).
+    let bits = |a: &str| -> Option<(u8, u128)> {
+        match a.parse::<std::net::IpAddr>().ok()? {
+            std::net::IpAddr::V4(v) => Some((4, u128::from(u32::from(v)) << 96)),
+            std::net::IpAddr::V6(v) => Some((6, u128::from(v))),
+        }
+    };
+    let pairs: Vec<((u8, u128), (u8, u128))> = mapping.iter().filter_map(|(x, y)| Some((bits(x)?, bits(y)?))).collect();
+    assert!(pairs.len() > 10, "{} addresses", pairs.len());
+    for (a, a2) in &pairs {
+        for (b, b2) in &pairs {
+            if a.0 == b.0 {
+                assert_eq!((a.1 ^ b.1).leading_zeros(), (a2.1 ^ b2.1).leading_zeros(), "prefix of {a:?} {b:?}");
+            }
+        }
+    }
+    // Another key maps differently; a bad key is refused with what to do.
+    let other = tmp.join("other.pcap");
+    let t = &tool_traces(&tmp)[0];
+    let k2 = "ff".repeat(32);
+    assert!(pcaptool(&["anonymise", p(t), "-w", p(&other), "--key", &k2]).status.success());
+    let first = &addrs(&other)[0].0;
+    assert_ne!(Some(first), mapping.get(&addrs(t)[0].0));
+    let o = pcaptool(&["anonymise", p(t), "-w", p(&other), "--key", "abc"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("64 hexadecimal digits"), "{}", err(&o));
 }

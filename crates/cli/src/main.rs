@@ -74,6 +74,20 @@ enum Command {
     Repair(cmd::maintain::RepairArgs),
     /// Remove a flow store's oldest segments whole until it takes at most --max-size. Takes the writer lock.
     Retain(cmd::maintain::RetainArgs),
+    /// Merge traces by time into one (as mergecap): interfaces of every input, pcapng when link types differ.
+    Merge(cmd::tools::MergeArgs),
+    /// Split a trace by packets, bytes, time interval (as editcap -c/-i) or flow.
+    Split(cmd::tools::SplitArgs),
+    /// Write a trace's packets in time order (as reordercap), in bounded memory.
+    Sort(cmd::tools::SortArgs),
+    /// Remove duplicate packets within a window of packets or time (as editcap -d/-D/-w).
+    Dedup(cmd::tools::DedupArgs),
+    /// Anonymise a trace: IP addresses by Crypto-PAn (prefix-preserving, keyed), MACs, payloads cut; checksums
+    /// kept as valid as they were.
+    #[command(visible_alias = "anonymize")]
+    Anonymise(cmd::tools::AnonArgs),
+    /// Count packets and bytes per filter and per interval (as tracestats and capinfos).
+    Stats(cmd::tools::StatsArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell (e.g. `pcaptool completions
     /// bash > /etc/bash_completion.d/pcaptool`).
     Completions(cmd::docs::CompletionsArgs),
@@ -106,6 +120,12 @@ fn main() -> ExitCode {
         Command::Verify(a) => cmd::maintain::verify(a),
         Command::Repair(a) => cmd::maintain::repair(a),
         Command::Retain(a) => cmd::maintain::retain(a),
+        Command::Merge(a) => cmd::tools::merge(a),
+        Command::Split(a) => cmd::tools::split(a),
+        Command::Sort(a) => cmd::tools::sort(a),
+        Command::Dedup(a) => cmd::tools::dedup(a),
+        Command::Anonymise(a) => cmd::tools::anonymise(a),
+        Command::Stats(a) => cmd::tools::stats(a),
         Command::Completions(a) => cmd::docs::completions(a),
         Command::Man(a) => cmd::docs::man(a),
     };

@@ -16,6 +16,7 @@ pub(crate) mod query;
 pub(crate) mod serve;
 pub(crate) mod shell;
 pub(crate) mod store;
+pub(crate) mod tools;
 
 /// Whether `a` and `b` name the same existing file (writing one would destroy the other while it is read).
 pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
