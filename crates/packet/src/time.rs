@@ -84,6 +84,7 @@ pub fn parse_time(input: &str) -> Result<u64, TimeParseError> {
     }
     let b = t.as_bytes();
     if b.len() < 19
+        || !b[..19].is_ascii()
         || b[4] != b'-'
         || b[7] != b'-'
         || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ')
@@ -147,6 +148,9 @@ mod tests {
         assert!(parse_time("yesterday").is_err());
         assert!(parse_time("2024-13-01T00:00:00Z").is_err());
         assert!(parse_time("1.2.3").is_err());
+        // A character of several bytes across the fixed positions (found by the serve_request fuzz target).
+        assert!(parse_time("2024-01-01T00:00:0\u{15f}Z00 ").is_err());
+        assert!(parse_time("2024-01-01T00:00:\u{e9}0").is_err());
     }
 
     proptest! {
