@@ -14,6 +14,11 @@ Each file exercises reader features that the tests check by exact values:
                               (Transparent Ethernet Bridging) or bare IPv4/IPv6, options, VNIs, nested Geneve,
                               VLAN/MPLS/PPPoE inside and VLAN outside, version 1, fragments, and packets cut inside
                               the Geneve header.
+  fddi.pcap                   FDDI (link type 10) frames with LLC/SNAP: IPv4 TCP and UDP, IPv6 UDP, ARP, a
+                              broadcast and a group-addressed frame, and a frame of plain 802.2 LLC (no SNAP).
+  token-ring.pcap             the same frames over token ring (link type 6): access and frame control, addresses,
+                              LLC; one with source routing information.
+  ip-over-fc.pcap             the same over IP over Fibre Channel (link type 122).
 """
 import os
 import struct
@@ -158,6 +163,38 @@ def main():
     pcap("tunnels.pcap", recs, snaplen=65535)
 
     pcap("geneve.pcap", [(1_700_000_300 + i, 0, d, w) for i, (d, w) in enumerate(geneve_packets())], snaplen=65535)
+
+    pcap("fddi.pcap", [(1_700_000_400 + i, 0, d, len(d)) for i, d in enumerate(fddi_packets())], linktype=10)
+    tr = [bytes([0x10, 0x40]) + f[1:] for f in fddi_packets()]
+    # Source routing: the source's top bit set, a 2-byte routing information field before LLC.
+    routed = fddi(B, A, snap(0x0800, ipv4(V4A, V4B, 6, tcp(40001, 80, 0x02))))
+    tr.append(bytes([0x10, 0x40]) + routed[1:7] + bytes([routed[7] | 0x80]) + routed[8:13] + bytes([0x02, 0x00]) + routed[13:])
+    pcap("token-ring.pcap", [(1_700_000_500 + i, 0, d, len(d)) for i, d in enumerate(tr)], linktype=6)
+    fc = [bytes([0x10, 0x00]) + f[1:7] + bytes([0x10, 0x00]) + f[7:] for f in fddi_packets()]
+    pcap("ip-over-fc.pcap", [(1_700_000_600 + i, 0, d, len(d)) for i, d in enumerate(fc)], linktype=122)
+
+
+def fddi(dst, src, llc_payload):
+    """An FDDI frame: frame control (async LLC, priority 0), destination, source, then LLC."""
+    return bytes([0x50]) + bytes(dst) + bytes(src) + llc_payload
+
+
+def snap(ethertype, payload):
+    return bytes([0xAA, 0xAA, 0x03, 0, 0, 0]) + struct.pack(">H", ethertype) + payload
+
+
+def fddi_packets():
+    arp = struct.pack(">HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, A, bytes(V4A), bytes(6), bytes(V4B))
+    return [
+        fddi(B, A, snap(0x0800, ipv4(V4A, V4B, 6, tcp(40000, 80, 0x02)))),
+        fddi(A, B, snap(0x0800, ipv4(V4B, V4A, 6, tcp(80, 40000, 0x12)))),
+        fddi(B, A, snap(0x0800, ipv4(V4A, V4B, 17, udp(5353, 53, b"q" * 12)))),
+        fddi(B, A, snap(0x86DD, ipv6(V6A, V6B, 17, udp(1000, 2000, b"six"))))
+        ,
+        fddi([0xFF] * 6, A, snap(0x0806, arp)),
+        fddi([0x01, 0, 0x5E, 0, 0, 0xFB], A, snap(0x0800, ipv4(V4A, [224, 0, 0, 251], 17, udp(5353, 5353, b"")))),
+        fddi(B, A, bytes([0x42, 0x42, 0x03]) + b"spanning tree"),
+    ]
 
 
 def geneve(vni, proto, payload, options=b"", version=0):

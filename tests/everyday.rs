@@ -566,3 +566,52 @@ fn anonymise_preserves_prefixes_and_checksums() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("64 hexadecimal digits"), "{}", err(&o));
 }
+
+/// FDDI, token ring and IP over Fibre Channel (testdata/, written by make.py) are filtered as tcpdump filters
+/// them, listed with their decoded headers, indexed and imported.
+#[test]
+fn lan_link_types_with_llc_are_filtered_as_tcpdump_does() {
+    let Some(tcpdump) = tool("tcpdump") else {
+        eprintln!("tcpdump is not installed: skipped");
+        return;
+    };
+    let tmp = TempDir::new("everyday-llc");
+    for name in ["fddi.pcap", "token-ring.pcap", "ip-over-fc.pcap"] {
+        let t = tmp.join(name);
+        std::fs::copy(repo_root().join("testdata").join(name), &t).unwrap();
+        assert!(pcaptool(&["index", p(&t)]).status.success());
+        let filters = [
+            "ip",
+            "tcp",
+            "udp port 53",
+            "ip6",
+            "arp",
+            "host 192.0.2.1",
+            "not ip",
+            "ether host 02:00:00:00:00:0b",
+            "ether src 02:00:00:00:00:0a",
+            "ether broadcast",
+            "ether multicast",
+            "ip multicast",
+            "ether proto 0x42",
+        ];
+        for f in filters {
+            let want = tcpdump_records(&tcpdump, &t, f, &tmp.join("want.pcap")).unwrap();
+            assert!(!want.is_empty() || f == "ether proto 0x42", "{name} {f}: the trace exercises the filter");
+            let (got, scan) = (tmp.join("got.pcap"), tmp.join("scan.pcap"));
+            let o = pcaptool(&["query", p(&t), f, "-w", p(&got)]);
+            assert!(o.status.success(), "{name} {f}: {}", err(&o));
+            assert_eq!(records_us(&got), want, "{name} {f}: not tcpdump's packets");
+            assert!(pcaptool(&["query", "--scan", p(&t), f, "-w", p(&scan)]).status.success());
+            assert_eq!(std::fs::read(&got).unwrap(), std::fs::read(&scan).unwrap(), "{name} {f}: index and scan");
+        }
+        let o = pcaptool(&["query", p(&t), "ip", "--json"]);
+        let first: serde_json::Value = serde_json::from_str(out(&o).lines().next().unwrap()).unwrap();
+        assert_eq!(first["src"], "192.0.2.1", "{name}: {first}");
+        assert_eq!(first["eth_src"], "02:00:00:00:00:0a", "{name}: {first}");
+        let store = tmp.join(&format!("store-{name}"));
+        assert!(pcaptool(&["import", p(&t), "--store", p(&store)]).status.success());
+        let flows = out(&pcaptool(&["flows", p(&store), "--json"]));
+        assert!(flows.lines().count() >= 4, "{name}: {flows}");
+    }
+}

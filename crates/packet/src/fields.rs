@@ -204,6 +204,10 @@ enum Link {
     /// BSD null (address family in the capturing host's byte order, `be: false`) or loopback (network order):
     /// 4 bytes, then the network layer.
     Null { be: bool },
+    /// A LAN with LLC after its MAC header (token ring, FDDI, IP over Fibre Channel): the SNAP type at `at`
+    /// (libpcap does not check that LLC is SNAP), the network layer at `nl`, the destination and source
+    /// addresses at `dst` and `src`.
+    MacLlc { dst: usize, src: usize, at: usize, nl: usize },
     /// Raw IP: the version nibble of the first byte says IPv4 or IPv6.
     Raw,
     /// Raw IP of a single version: every packet is that protocol.
@@ -220,6 +224,11 @@ impl Link {
         match linktype.base().0 {
             1 => Link::Ether,
             113 => Link::EtherType { at: 14, nl: 16 },
+            // Token ring, FDDI, IP over Fibre Channel: the SNAP type after the MAC header and LLC, as libpcap
+            // tests it (without checking that LLC is SNAP); the addresses where `ether host` reads them.
+            6 => Link::MacLlc { dst: 2, src: 8, at: 20, nl: 22 },
+            10 => Link::MacLlc { dst: 1, src: 7, at: 19, nl: 21 },
+            122 => Link::MacLlc { dst: 2, src: 10, at: 22, nl: 24 },
             276 => Link::EtherType { at: 0, nl: 20 },
             104 => Link::EtherType { at: 2, nl: 4 },
             9 | 50 | 166 => Link::Ppp { at: 2, nl: 4 },
@@ -241,6 +250,9 @@ impl Link {
 struct Context {
     proto: Option<u128>,
     nl: usize,
+    /// Where the destination and source MAC addresses are, when the link type has them.
+    mac: Option<(usize, usize)>,
+    /// Whether VLAN tags are Ethernet's (what `vlan` reads).
     ether: bool,
     transport: Result<Option<(usize, u128)>, ()>,
 }
@@ -279,9 +291,9 @@ fn family_to_ethertype(af: u32) -> Option<u128> {
 }
 
 impl<'a> PacketFields<'a> {
-    /// The fields of one packet of link type `linktype`, from a trace in the host's byte order. Ethernet, Linux
-    /// SLL and SLL2, Cisco HDLC, PPP, BSD null and loopback, and raw IP have header fields; every link type has
-    /// length and time.
+    /// The fields of one packet of link type `linktype`, from a trace in the host's byte order. Ethernet, FDDI, token
+    /// ring, IP over Fibre Channel, Linux SLL and SLL2, Cisco HDLC, PPP, BSD null and loopback, and raw IP have header fields; every link type
+    /// has length and time.
     pub fn new(linktype: LinkType, data: &'a [u8], wirelen: u32, ts_ns: u64) -> PacketFields<'a> {
         PacketFields { link: Link::of(linktype), swapped: false, data, wirelen, ts_ns }
     }
@@ -342,9 +354,17 @@ impl<'a> PacketFields<'a> {
     /// What every header field depends on (`None`: nothing is known).
     #[inline]
     fn context(&self) -> Option<Context> {
+        let mut mac = None;
         let (proto, nl, ether) = match self.link {
-            Link::Ether => (Some(self.be(12, 2)?), 14, true),
+            Link::Ether => {
+                mac = Some((0, 6));
+                (Some(self.be(12, 2)?), 14, true)
+            }
             Link::EtherType { at, nl } => (Some(self.be(at, 2)?), nl, false),
+            Link::MacLlc { dst, src, at, nl } => {
+                mac = Some((dst, src));
+                (Some(self.be(at, 2)?), nl, false)
+            }
             Link::Ppp { at, nl } => (ppp_to_ethertype(self.be(at, 2)?), nl, false),
             Link::Null { be } => {
                 let b = self.data.get(..4)?;
@@ -365,7 +385,7 @@ impl<'a> PacketFields<'a> {
             Link::Only(p) => (Some(p.into()), 0, false),
             Link::None => return None,
         };
-        Some(Context { proto, nl, ether, transport: self.transport(proto, nl) })
+        Some(Context { proto, nl, mac, ether, transport: self.transport(proto, nl) })
     }
 
     /// The value of `field` in this packet.
@@ -406,12 +426,16 @@ impl<'a> PacketFields<'a> {
             Field::Time => return Value(self.ts_ns.into()),
             _ => {}
         }
-        let Some(Context { proto, nl, ether, transport }) = cx else { return Unknown };
+        let Some(Context { proto, nl, mac, ether, transport }) = cx else { return Unknown };
+        // The addresses are there whatever the protocol field holds.
+        match (field, mac) {
+            (Field::EthDst, Some((dst, _))) => return known(self.be(dst, 6)),
+            (Field::EthSrc, Some((_, src))) => return known(self.be(src, 6)),
+            _ => {}
+        }
         let Some(proto) = proto else { return Missing };
         match field {
             Field::LinkProto => Value(proto),
-            Field::EthDst if ether => known(self.be(0, 6)),
-            Field::EthSrc if ether => known(self.be(6, 6)),
             Field::VlanId if ether && VLAN_TPIDS.contains(&proto) => known(self.be(14, 2).map(|v| v & 0x0fff)),
             Field::Ip4Src if proto == 0x0800 => known(self.be(nl + 12, 4)),
             Field::Ip4Dst if proto == 0x0800 => known(self.be(nl + 16, 4)),

@@ -4,8 +4,10 @@
 use crate::{LinkType, Records, TraceReader, decode};
 
 /// Link types the decoder target chooses from (the first two input bytes pick one).
-pub const LINKTYPES: [u32; 24] =
-    [0, 1, 7, 8, 9, 12, 14, 50, 51, 101, 104, 105, 107, 108, 113, 127, 129, 192, 226, 228, 229, 239, 258, 276];
+pub const LINKTYPES: [u32; 27] = [
+    0, 1, 7, 8, 9, 12, 14, 50, 51, 101, 104, 105, 107, 108, 113, 127, 129, 192, 226, 228, 229, 239, 258, 276, 6, 10,
+    122,
+];
 
 fn w32(be: bool, v: u32) -> [u8; 4] {
     if be { v.to_be_bytes() } else { v.to_le_bytes() }

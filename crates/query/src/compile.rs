@@ -80,6 +80,12 @@ enum Dlt {
     Wlan,
     /// A payload in LLC/SNAP encapsulation straight after the link-layer header (ATM).
     Llc,
+    /// A LAN of 48-bit addresses with LLC after its MAC header (FDDI, token ring, IP over Fibre Channel): the
+    /// destination and source addresses at these offsets; protocol tests as `Llc`'s.
+    MacLlc {
+        dst: u32,
+        src: u32,
+    },
     /// Any protocol is "the header starts with this magic number" (value, mask): libpcap's Juniper types.
     Magic(u32, u32),
     /// SunATM: LLC/SNAP after a pseudo-header whose low nibble says the traffic is LLC-encapsulated.
@@ -204,6 +210,12 @@ impl Compiler {
             226 => (Dlt::Ipnet, Some(1), Some(24)),
             // ATM with LLC/SNAP (RFC 1483, Linux classical IP): the SNAP type 6 bytes in, the network layer at 8.
             100 | 106 => (Dlt::Llc, Some(6), Some(0)),
+            // LLC after a MAC header (libpcap assumes SNAP for Ethernet types, as for ATM): token ring (access and
+            // frame control, then addresses; routing information is not looked for, as libpcap does not), FDDI
+            // (frame control, then addresses), IP over Fibre Channel.
+            6 => (Dlt::MacLlc { dst: 2, src: 8 }, Some(14 + 6), Some(14)),
+            10 => (Dlt::MacLlc { dst: 1, src: 7 }, Some(13 + 6), Some(13)),
+            122 => (Dlt::MacLlc { dst: 2, src: 10 }, Some(16 + 6), Some(16)),
             // SunATM: a 4-byte pseudo-header (type, VPI, VCI), then LLC/SNAP when the type says so.
             123 => (Dlt::SunAtm, Some(10), Some(4)),
             // Juniper pseudo-headers (and BACnet MS/TP): protocol tests check only the magic number, the network
@@ -238,7 +250,7 @@ impl Compiler {
             // LLC and SNAP (8 bytes).
             (Off { var: hdr, k: 0 }, Some(pl.plus(6)), Some(pl), 8)
         } else {
-            let nl = if matches!(dlt, Dlt::Llc | Dlt::SunAtm) { 8 } else { 0 };
+            let nl = if matches!(dlt, Dlt::Llc | Dlt::MacLlc { .. } | Dlt::SunAtm) { 8 } else { 0 };
             (Off::at(0), linktype.map(Off::at), linkpl.map(Off::at), nl)
         };
         Ok(Compiler {
@@ -548,7 +560,7 @@ impl Compiler {
             },
             Dlt::Sll2 => self.cmp(Rel::LinkType, 0, 2, ll_proto),
             Dlt::Wlan => Ok(Cond::and(self.wlan_data_frame()?, self.llc_linktype(ll_proto)?)),
-            Dlt::Llc => self.llc_linktype(ll_proto),
+            Dlt::Llc | Dlt::MacLlc { .. } => self.llc_linktype(ll_proto),
             Dlt::SunAtm => Ok(Cond::and(self.mcmp(Rel::LinkHdr, 0, 1, 2, 0x0f)?, self.llc_linktype(ll_proto)?)),
             Dlt::Magic(v, mask) => self.mcmp(Rel::LinkHdr, 0, 4, v, mask),
             Dlt::NoTypeFilter => self.link_err("link-layer type filtering is not implemented"),
@@ -816,6 +828,17 @@ impl Compiler {
         }
     }
 
+    /// `gen_fhostop`, `gen_thostop`, `gen_ipfchostop`: the addresses at fixed offsets of the MAC header.
+    fn machostop(&self, mac: &[u8; 6], dir: Dir, dst: u32, src: u32) -> CResult<Cond> {
+        let one = |d: Dir| self.machostop(mac, d, dst, src);
+        match dir {
+            Dir::Src => self.bcmp(Rel::LinkHdr, src, mac),
+            Dir::Dst => self.bcmp(Rel::LinkHdr, dst, mac),
+            Dir::SrcAndDst => Ok(Cond::and(one(Dir::Src)?, one(Dir::Dst)?)),
+            Dir::Default | Dir::SrcOrDst => Ok(Cond::or(one(Dir::Src)?, one(Dir::Dst)?)),
+        }
+    }
+
     // ---- ports -----------------------------------------------------------------------------------------------
 
     fn port_proto(&self, proto: Proto, what: &str) -> CResult<Option<u32>> {
@@ -935,6 +958,7 @@ impl Compiler {
                 if matches!(q.addr, AddrKind::Host | AddrKind::Default) && q.proto == Proto::Link {
                     match self.dlt {
                         Dlt::Ether => self.inner_ether(self.ehostop(mac, q.dir)?),
+                        Dlt::MacLlc { dst, src } => self.machostop(mac, q.dir, dst, src),
                         Dlt::Wlan => self.wlanhostop(q.dir, &|off| self.bcmp(Rel::LinkHdr, off, mac)),
                         _ => self.link_err(
                             "ethernet addresses supported only on ethernet/FDDI/token ring/802.11/ATM LANE/Fibre Channel",
@@ -1210,6 +1234,7 @@ impl Compiler {
                 Proto::Default | Proto::Link => match self.dlt {
                     Dlt::Arcnet => self.cmp(Rel::LinkHdr, 1, 1, 0),
                     Dlt::Ether => self.inner_ether(self.ehostop(&[0xff; 6], Dir::Dst)?),
+                    Dlt::MacLlc { dst, src } => self.machostop(&[0xff; 6], Dir::Dst, dst, src),
                     Dlt::Wlan => self.wlanhostop(Dir::Dst, &|off| self.bcmp(Rel::LinkHdr, off, &[0xff; 6])),
                     _ => self.link_err("not a broadcast link"),
                 },
@@ -1227,6 +1252,7 @@ impl Compiler {
                     Dlt::Ether => {
                         self.inner_ether(Cond::Cmp { v: self.ld(Rel::LinkHdr, 0, 1)?, test: Test::Set, k: 1 })
                     }
+                    Dlt::MacLlc { dst, .. } => Ok(Cond::Cmp { v: self.ld(Rel::LinkHdr, dst, 1)?, test: Test::Set, k: 1 }),
                     Dlt::Wlan => self.wlanhostop(Dir::Dst, &|off| {
                         Ok(Cond::Cmp { v: self.ld(Rel::LinkHdr, off, 1)?, test: Test::Set, k: 1 })
                     }),

@@ -397,6 +397,21 @@ mod tests {
             proptest::prop_assert_eq!(mm[0] & 3, m[0] & 3);
         }
 
+        /// Any bytes of any link type: no panic, never longer, the same twice, the length kept unless cut.
+        #[test]
+        fn any_packet_is_rewritten_safely(lt in 0usize..12, data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), cut: bool) {
+            let lt = LinkType([1u32, 6, 10, 122, 101, 113, 276, 0, 9, 104, 228, 229][lt]);
+            let opts = AnonOptions { macs: true, truncate_payload: cut };
+            let (mut a, mut b) = (data.clone(), data.clone());
+            let ka = Anonymizer::new(&KEY, opts).packet(lt, &mut a);
+            let kb = Anonymizer::new(&KEY, opts).packet(lt, &mut b);
+            proptest::prop_assert!(ka <= a.len());
+            proptest::prop_assert_eq!((ka, &a), (kb, &b));
+            if !cut {
+                proptest::prop_assert_eq!(ka, data.len());
+            }
+        }
+
         /// An updated checksum equals the one computed afresh.
         #[test]
         fn incremental_update_equals_recomputing(mut words in proptest::collection::vec(proptest::prelude::any::<u8>(), 24..64), at in 0usize..10, new in proptest::prelude::any::<[u8; 4]>()) {

@@ -8,6 +8,9 @@ use crate::types::EtherType;
 pub(super) fn decode_link(d: &mut Decoded, b: &[u8], off: usize) {
     match d.linktype.0 & 0xffff {
         1 => ethernet(d, b, off),
+        10 => fddi(d, b, off),
+        6 => token_ring(d, b, off),
+        122 => ip_over_fc(d, b, off),
         0 => null_loopback(d, b, off, false),
         108 => null_loopback(d, b, off, true),
         12 | 14 | 101 => raw_ip(d, b, off),
@@ -54,6 +57,49 @@ pub(super) fn ethernet(d: &mut Decoded, b: &[u8], off: usize) {
     } else {
         ethertype(d, b, off + 14, EtherType(ty));
     }
+}
+
+/// FDDI: frame control, destination and source addresses (13 bytes), then 802.2 LLC (SNAP for IP). The
+/// addresses are given as written in the frame.
+fn fddi(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 13 {
+        d.truncated(Layer::Link, off, 13);
+        return;
+    }
+    d.eth = Some(eth_addrs(b, off + 1));
+    llc(d, b, off + 13);
+}
+
+/// Token ring (802.5): access control, frame control, destination and source addresses, the routing
+/// information field when the source's top bit says so, then 802.2 LLC.
+fn token_ring(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 14 {
+        d.truncated(Layer::Link, off, 14);
+        return;
+    }
+    d.eth = Some(eth_addrs(b, off + 2));
+    let mut llc_at = off + 14;
+    if b[off + 8] & 0x80 != 0 {
+        let Some(&rif) = b.get(off + 14) else {
+            d.truncated(Layer::Link, off, 15);
+            return;
+        };
+        llc_at += usize::from(rif & 0x1f);
+    }
+    llc(d, b, llc_at);
+}
+
+/// IP over Fibre Channel (RFC 2625): a 16-byte network header (destination and source as 2-byte NAA and
+/// 6-byte addresses), then 802.2 LLC.
+fn ip_over_fc(d: &mut Decoded, b: &[u8], off: usize) {
+    if b.len() < off + 16 {
+        d.truncated(Layer::Link, off, 16);
+        return;
+    }
+    let mut e = eth_addrs(b, off + 2);
+    e.src.copy_from_slice(&b[off + 10..off + 16]);
+    d.eth = Some(e);
+    llc(d, b, off + 16);
 }
 
 fn eth_addrs(b: &[u8], off: usize) -> Ethernet {
