@@ -615,3 +615,23 @@ fn lan_link_types_with_llc_are_filtered_as_tcpdump_does() {
         assert!(flows.lines().count() >= 4, "{name}: {flows}");
     }
 }
+
+/// Sizes take the usual units through the binary (`100MB` was refused where `100M` worked), and a size that is
+/// none says which units there are.
+#[test]
+fn sizes_take_the_usual_units() {
+    let tmp = TempDir::new("everyday-units");
+    let t = gen_trace(&tmp.join("."), "t.pcap", 500, 13);
+    let store = tmp.join("st");
+    assert!(pcaptool(&["import", p(&t), "--store", p(&store)]).status.success());
+    for size in ["100MB", "100M", "100MiB", "1G", "2 GiB", "104857600"] {
+        let o = pcaptool(&["retain", p(&store), "--max-size", size]);
+        assert!(o.status.success(), "{size}: {}", err(&o));
+    }
+    let o = pcaptool(&["retain", p(&store), "--max-size", "10X"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("K, M, G or T"), "{}", err(&o));
+    let o = pcaptool(&["split", p(&t), "--bytes", "64KB", "-w", p(&tmp.join("parts/p.pcap")), "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).lines().count() > 1);
+}
