@@ -298,17 +298,18 @@ pub(crate) struct StatsArgs {
     json: bool,
 }
 
+/// `NAME=FILTER` as a name and a filter; anything else (`ip[9]=6` among them: a name is letters, digits, `_`
+/// and `-`) is a filter named by itself.
+fn named_filter(f: &str) -> (String, String) {
+    let is_name = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    match f.split_once('=') {
+        Some((n, t)) if is_name(n.trim()) && !t.starts_with('=') => (n.trim().to_string(), t.trim().to_string()),
+        _ => (f.to_string(), f.to_string()),
+    }
+}
+
 pub(crate) fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
-    let filters: Vec<(String, String)> = args
-        .filters
-        .iter()
-        .map(|f| match f.split_once('=') {
-            Some((n, t)) if !n.trim().is_empty() && !n.contains(' ') && !t.starts_with('=') => {
-                (n.trim().to_string(), t.trim().to_string())
-            }
-            _ => (f.clone(), f.clone()),
-        })
-        .collect();
+    let filters: Vec<(String, String)> = args.filters.iter().map(|f| named_filter(f)).collect();
     let interval = match args.interval {
         Some(s) if s.is_finite() && s > 0.0 => Some((s * 1e9).round() as u64),
         Some(_) => bail!("--interval takes seconds (more than 0)"),
@@ -351,4 +352,20 @@ pub(crate) fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_filter;
+
+    #[test]
+    fn filters_are_named_only_by_names() {
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(named_filter("web=tcp port 443"), pair("web", "tcp port 443"));
+        assert_eq!(named_filter("dns-v4 = udp port 53"), pair("dns-v4", "udp port 53"));
+        assert_eq!(named_filter("ip[9]=6"), pair("ip[9]=6", "ip[9]=6"));
+        assert_eq!(named_filter("tcp[13]&2!=0"), pair("tcp[13]&2!=0", "tcp[13]&2!=0"));
+        assert_eq!(named_filter("len==100"), pair("len==100", "len==100"));
+        assert_eq!(named_filter("tcp"), pair("tcp", "tcp"));
+    }
 }
