@@ -335,9 +335,9 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
         }
         for (j, rec) in first.into_iter().chain(recs).take(4).enumerate() {
             let Ok(rec) = rec else { break };
-            const LINKTYPES: [u32; 19] =
-                [0, 1, 8, 9, 12, 14, 50, 51, 101, 104, 105, 107, 108, 113, 127, 228, 229, 239, 276];
-            let Some(k) = LINKTYPES.iter().position(|&l| l == rec.linktype.base().0) else { break };
+            // The decode target reads its link type as an index into the harness's list.
+            let linktypes = pcaptool_packet::fuzz_harness::LINKTYPES;
+            let Some(k) = linktypes.iter().position(|&l| l == rec.linktype.base().0) else { break };
             let mut seed = (k as u16).to_le_bytes().to_vec();
             seed.extend_from_slice(rec.data);
             std::fs::write(dir.join("decode").join(format!("s{i}-{j}")), seed)?;
