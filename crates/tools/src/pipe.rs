@@ -29,6 +29,28 @@ pub(crate) fn native(reader: &TraceReader) -> NativeFormat {
     }
 }
 
+/// The next record of `reader` and its interfaces, counted in `done.read`; `None` at the end, or at damage, which
+/// is kept in `done.damage`. `progress` gets the stream offset now and then.
+pub(crate) fn next<'r>(
+    reader: &'r mut TraceReader,
+    done: &mut Copied,
+    progress: &dyn Fn(u64),
+) -> Option<(Record<'r>, &'r [Interface])> {
+    match reader.next_with_interfaces()? {
+        Err(e) => {
+            done.damage = Some(e);
+            None
+        }
+        Ok((rec, ifaces)) => {
+            done.read += 1;
+            if done.read.is_multiple_of(1 << 16) {
+                progress(rec.offset);
+            }
+            Some((rec, ifaces))
+        }
+    }
+}
+
 /// Opens `path` and reads its header.
 pub(crate) fn open(path: &Path) -> Result<TraceReader, ToolError> {
     let read = |source| ToolError::Read { path: path.to_path_buf(), source };
@@ -58,19 +80,7 @@ pub fn copy_through(
     sink.begin(&Layout { interfaces: &layout_ifaces, native: native(&reader), complete })?;
     let mut done = Copied::default();
     let result = (|| -> Result<(), ToolError> {
-        loop {
-            let (rec, ifaces) = match reader.next_with_interfaces() {
-                None => return Ok(()),
-                Some(Err(e)) => {
-                    done.damage = Some(e);
-                    return Ok(());
-                }
-                Some(Ok(r)) => r,
-            };
-            done.read += 1;
-            if done.read.is_multiple_of(1 << 16) {
-                progress(rec.offset);
-            }
+        while let Some((rec, ifaces)) = next(&mut reader, &mut done, progress) {
             let mut written = 0u64;
             let go_on = f(&rec, ifaces, &mut |r: &Record<'_>| {
                 sink.record(r, ifaces)?;
@@ -79,9 +89,10 @@ pub fn copy_through(
             })?;
             done.written += written;
             if !go_on {
-                return Ok(());
+                break;
             }
         }
+        Ok(())
     })();
     match result {
         Ok(()) => {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use pcaptool_engine::{Layout, Sink};
 use pcaptool_packet::{Compressor, FileFormat, Interface, LinkType, OutputFormat, Record, TraceReader, TraceWriter};
 
-use crate::pipe::{native, open};
+use crate::pipe::{native, next, open};
 use crate::{Copied, ToolError};
 
 /// One record held in memory.
@@ -71,26 +71,13 @@ pub fn sort(
     let mut runs: Vec<PathBuf> = Vec::new();
     let mut last = 0u64;
     let result = (|| -> Result<Vec<Interface>, ToolError> {
-        loop {
-            match reader.next_with_interfaces() {
-                None => break,
-                Some(Err(e)) => {
-                    out.copied.damage = Some(e);
-                    break;
-                }
-                Some(Ok((rec, _))) => {
-                    out.copied.read += 1;
-                    if out.copied.read.is_multiple_of(1 << 16) {
-                        progress(rec.offset);
-                    }
-                    if rec.ts_ns < last {
-                        out.out_of_order += 1;
-                    }
-                    last = rec.ts_ns;
-                    held += rec.data.len() + 64;
-                    run.push(Held::of(&rec));
-                }
+        while let Some((rec, _)) = next(&mut reader, &mut out.copied, progress) {
+            if rec.ts_ns < last {
+                out.out_of_order += 1;
             }
+            last = rec.ts_ns;
+            held += rec.data.len() + 64;
+            run.push(Held::of(&rec));
             if held >= budget {
                 runs.push(spill(&mut run, work, runs.len(), reader.interfaces())?);
                 held = 0;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use pcaptool_engine::{Layout, Sink, TraceSink, WriteOptions};
 use pcaptool_packet::{FileFormat, decode};
 
-use crate::pipe::{native, open};
+use crate::pipe::{native, next, open};
 use crate::{Copied, ToolError};
 
 /// Where one output ends.
@@ -31,16 +31,14 @@ pub fn output_name(prefix: &Path, n: u64, ext: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// A symmetric hash of the packet's IP addresses, protocol and ports (0 for packets without IP).
+/// A hash of the packet's bidirectional flow key (addresses, ports, protocol, outer VLAN: the same both ways), 0
+/// for packets without IP. FxHash: the same in every run.
 fn flow_hash(linktype: pcaptool_packet::LinkType, data: &[u8]) -> u64 {
-    let d = decode(linktype, data);
-    let Some(ip) = d.ip else { return 0 };
-    let (sp, dp) = d.transport.as_ref().and_then(pcaptool_packet::Transport::ports).unwrap_or((0, 0));
-    let a = (ip.src, sp);
-    let b = (ip.dst, dp);
-    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    let text = format!("{lo:?}{hi:?}{}", ip.proto.0);
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| (h ^ u64::from(c)).wrapping_mul(0x100_0000_01b3))
+    use std::hash::{Hash, Hasher};
+    let Some((key, _)) = decode(linktype, data).flow() else { return 0 };
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    h.finish()
 }
 
 /// Splits `input` by `rule` into files named by [`output_name`]; returns the files written, in order, and
@@ -75,19 +73,7 @@ pub fn split(
         _ => Vec::new(),
     };
     let result = (|| -> Result<(), ToolError> {
-        loop {
-            let (rec, ifaces) = match reader.next_with_interfaces() {
-                None => return Ok(()),
-                Some(Err(e)) => {
-                    done.damage = Some(e);
-                    return Ok(());
-                }
-                Some(Ok(r)) => r,
-            };
-            done.read += 1;
-            if done.read.is_multiple_of(1 << 16) {
-                progress(rec.offset);
-            }
+        while let Some((rec, ifaces)) = next(&mut reader, &mut done, progress) {
             let size = 16 + rec.data.len() as u64;
             if let Rule::Flows(k) = rule {
                 let i = (flow_hash(rec.linktype, rec.data) % u64::from(k.max(1))) as usize;
@@ -129,6 +115,7 @@ pub fn split(
             *b += size;
             done.written += 1;
         }
+        Ok(())
     })();
     let ifaces = reader.interfaces().to_vec();
     match result {

@@ -9,7 +9,7 @@ use pcaptool_query::{Filter, Matcher, Target};
 use serde::Serialize;
 
 use crate::ToolError;
-use crate::pipe::open;
+use crate::pipe::{next, open};
 
 /// Packets and bytes (on the wire, and captured).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -74,21 +74,8 @@ pub fn stats(
     let n = parsed.len();
     let mut total = Interval { start_ns: 0, all: Count::default(), filters: vec![Count::default(); n] };
     let mut first: Option<u64> = None;
-    let mut damage = None;
-    let mut read = 0u64;
-    loop {
-        let rec = match reader.next_record() {
-            None => break,
-            Some(Err(e)) => {
-                damage = Some(e);
-                break;
-            }
-            Some(Ok(r)) => r,
-        };
-        read += 1;
-        if read.is_multiple_of(1 << 16) {
-            progress(rec.offset);
-        }
+    let mut done = crate::Copied::default();
+    while let Some((rec, _)) = next(&mut reader, &mut done, progress) {
         let lt = rec.linktype.base();
         let slot = match compiled.iter().position(|(l, _)| *l == lt) {
             Some(i) => i,
@@ -135,5 +122,5 @@ pub fn stats(
         Some(_) => by_start.into_values().collect(),
         None => vec![total.clone()],
     };
-    Ok(Stats { names: filters.iter().map(|(n, _)| n.clone()).collect(), intervals, total, damage })
+    Ok(Stats { names: filters.iter().map(|(n, _)| n.clone()).collect(), intervals, total, damage: done.damage })
 }
