@@ -86,3 +86,25 @@ mod tests {
         assert!(parse_size("99999999999T").is_err());
     }
 }
+
+/// How a store's new segments keep their packet data (`import`, `capture`, `compact`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Storage {
+    /// Compress the segments' data: none (plain pcap that tcpdump opens), lz4 (fast, for capture) or zstd[:LEVEL]
+    /// (smaller, for archives; level 1-22, default 3). Queries read any mix.
+    #[arg(long, value_name = "CODEC", default_value = "none")]
+    pub compress: pcaptool_flowstore::Codec,
+    /// Raw bytes a compressed block aims at (4K to 1M): larger blocks compress better, smaller ones make a
+    /// lookup of one flow decompress less.
+    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = parse_block_size)]
+    pub block_size: usize,
+}
+
+fn parse_block_size(s: &str) -> Result<usize, String> {
+    let n = parse_size(s)?;
+    let (min, max) = (pcaptool_flowstore::MIN_BLOCK_SIZE as u64, pcaptool_flowstore::MAX_BLOCK_SIZE as u64);
+    if !(min..=max).contains(&n) {
+        return Err(format!("a block size of {n} bytes: take 4K to 1M"));
+    }
+    Ok(n as usize)
+}

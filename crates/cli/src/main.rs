@@ -74,6 +74,9 @@ enum Command {
     Repair(cmd::maintain::RepairArgs),
     /// Remove a flow store's oldest segments whole until it takes at most --max-size. Takes the writer lock.
     Retain(cmd::maintain::RetainArgs),
+    /// Recompress a flow store's segments (--compress lz4, zstd[:LEVEL] or none), one at a time, each atomically:
+    /// queries meanwhile read either version. Takes the writer lock.
+    Compact(cmd::maintain::CompactArgs),
     /// Merge traces by time into one (as mergecap): interfaces of every input, pcapng when link types differ.
     Merge(cmd::tools::MergeArgs),
     /// Split a trace by packets, bytes, time interval (as editcap -c/-i) or flow.
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cmd::maintain::verify(a),
         Command::Repair(a) => cmd::maintain::repair(a),
         Command::Retain(a) => cmd::maintain::retain(a),
+        Command::Compact(a) => cmd::maintain::compact(a),
         Command::Merge(a) => cmd::tools::merge(a),
         Command::Split(a) => cmd::tools::split(a),
         Command::Sort(a) => cmd::tools::sort(a),

@@ -56,6 +56,26 @@ pub enum StoreError {
         /// The checksum of the bytes read.
         computed: u32,
     },
+    /// A compressed block does not match its checksum: block `block` of the data file, its bytes `start..end`,
+    /// is damaged (nothing of it is decompressed).
+    #[error(
+        "{path} is damaged in block {block} (bytes {start}..{end}): the compressed packet data does not match its \
+         checksum (stored {stored:08x}, computed {computed:08x})"
+    )]
+    BlockChecksum {
+        /// The segment's data file.
+        path: PathBuf,
+        /// The block's number in the file.
+        block: u64,
+        /// Its first byte in the file.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// The checksum the index holds.
+        stored: u32,
+        /// The checksum of the bytes read.
+        computed: u32,
+    },
     /// Another process writes the store: one writer at a time.
     #[error(
         "the store {dir} is being written by another process{}: a store takes one writer at a time; wait for it to \
@@ -171,7 +191,7 @@ impl StoreError {
     /// Whether this is damage found in a store's files (a checksum or structure that does not hold), as opposed
     /// to a failure to read them or a refusal.
     pub fn is_damage(&self) -> bool {
-        matches!(self, StoreError::Corrupt { .. } | StoreError::DataChecksum { .. })
+        matches!(self, StoreError::Corrupt { .. } | StoreError::DataChecksum { .. } | StoreError::BlockChecksum { .. })
     }
 }
 

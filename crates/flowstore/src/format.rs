@@ -6,15 +6,16 @@ use std::path::{Path, PathBuf};
 
 use pcaptool_packet::{FlowKey, IpProto};
 
+use crate::blocks::Codec;
 use crate::flow::{ConnState, Flow, Side};
 
 /// First bytes of a segment index.
 pub const MAGIC: [u8; 4] = *b"PTSG";
 /// Format version of the segment indexes written (versions 2, without data checksums, 3, with a Bloom filter of
 /// flow ids, blocks of 256 flows and no summary of the packets of no flow, 4, with timestamps always in
-/// nanoseconds, and 5, whose flows do not say whether an IPv6 extension header puts another IP protocol where
-/// filters read it, are still read).
-pub const VERSION: u16 = 6;
+/// nanoseconds, 5, whose flows do not say whether an IPv6 extension header puts another IP protocol where
+/// filters read it, and 6, whose data is always plain pcap, are still read).
+pub const VERSION: u16 = 7;
 /// Interfaces a segment holds at most (a packet's index among them takes 16 bits in the writer).
 pub const MAX_IFACES: usize = 1 << 16;
 /// False-positive rate the port Bloom filter is sized for.
@@ -65,6 +66,25 @@ pub(crate) fn no_flow() -> Flow {
 /// The data and index paths of segment `number` in `dir`.
 pub fn segment_paths(dir: &Path, number: u32) -> (PathBuf, PathBuf) {
     (dir.join(format!("seg-{number:06}.pcap")), dir.join(format!("seg-{number:06}.ptsx")))
+}
+
+/// The name of a segment's data file (see [`Stage1::data_file_name`](crate::Stage1::data_file_name)).
+pub(crate) fn data_file_name(number: u32, generation: u32, codec: Codec) -> String {
+    match generation {
+        0 => format!("seg-{number:06}.pcap{}", codec.suffix()),
+        g => format!("seg-{number:06}.{g}.pcap{}", codec.suffix()),
+    }
+}
+
+/// Whether the part of a file name after `seg-NNNNNN.` names a data file: `pcap`, `G.pcap`, either with `.lz4`
+/// or `.zst` after it.
+pub(crate) fn is_data_ext(ext: &str) -> bool {
+    let ext = ext.strip_suffix(".lz4").or_else(|| ext.strip_suffix(".zst")).unwrap_or(ext);
+    let ext = match ext.split_once('.') {
+        Some((g, rest)) if !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => ext,
+    };
+    ext == "pcap"
 }
 
 /// The address of a 17-byte key.

@@ -146,7 +146,9 @@ fn reseal_stage2(b: &mut [u8], at2: usize, len2: usize, lenp: usize) -> Option<(
 }
 
 fn exercise(index: &Path, data: &Path) {
-    let Ok(seg) = Segment::open(data.to_path_buf(), index.to_path_buf()) else { return };
+    let (Ok(fi), Ok(fd)) = (std::fs::File::open(index), std::fs::File::open(data)) else { return };
+    let Ok(s1) = Segment::read_stage1(index, &fi) else { return };
+    let seg = Segment::from_parts(data.to_path_buf(), index.to_path_buf(), s1, fd, fi);
     let needs = [
         Need::All,
         Need::Pred(Pred::range(Field::Ip4Src, 0x0a00_0000, 0x0aff_ffff)),

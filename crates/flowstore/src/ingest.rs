@@ -274,6 +274,7 @@ impl<'s> Ingest<'s> {
         let spare = std::mem::take(&mut self.spare);
         let mut w = SegmentWriter::with_spare(*meta, iface_name, spare);
         w.source = self.source;
+        w.set_storage(self.opts.compress, self.opts.block_size);
         // With two writers open, a flow's packets can go to both, and its slot cache names only one.
         if !self.writers.is_empty() {
             w.index_slots();
@@ -293,11 +294,11 @@ impl<'s> Ingest<'s> {
                 counts.into_iter().for_each(|(iface, n)| self.lose(iface, n));
                 return Err(e);
             }
-            let (data, index) = segment_paths(&self.store.dir, self.number);
+            let index = segment_paths(&self.store.dir, self.number).1;
             self.number += 1;
             self.store.next_number = self.number;
             self.segments += 1;
-            self.store.segments.push(Segment::open(data, index)?);
+            self.store.segments.push(Segment::open(index)?);
         }
         Ok(())
     }

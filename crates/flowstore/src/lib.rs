@@ -36,8 +36,10 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod blocks;
 mod bloom;
 mod codec;
+mod compact;
 mod dataout;
 mod error;
 pub mod flow;
@@ -57,7 +59,9 @@ mod store;
 mod sums;
 mod writer;
 
+pub use blocks::{Codec, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ZSTD_DEFAULT_LEVEL};
 pub use bloom::Bloom;
+pub use compact::CompactStats;
 pub use error::{LockHolder, StoreError};
 pub use flow::{ConnState, Flow, FlowTracker, Side};
 pub use import::trace_identity;

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use crate::error::StoreError;
 use crate::segment::Segment;
 use crate::store::{DamagedSegment, QUARANTINE, Store};
-use crate::sums::Checked;
 
 /// What [`Store::verify`] found of one segment.
 #[derive(Clone, Debug)]
@@ -48,11 +47,10 @@ fn check_segment(seg: &Segment) -> Result<(), StoreError> {
     let s1 = &seg.stage1;
     let s2 = seg.stage2()?;
     let entries = s2.check_all()?;
-    let data = seg.map_data()?;
+    // Every block checked (and decompressed, if compressed).
+    let data = seg.read_all()?;
     let b = data.bytes();
     let bad = |offset: u64, why: String| StoreError::Corrupt { path: seg.data.clone(), offset, why };
-    let mut checked = Checked::default();
-    seg.check(b, 0..b.len() as u64, &mut checked)?;
     let le = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     if b.len() < 24 || le(0) != 0xa1b2_3c4d || le(4) != 0x0004_0002 {
         return Err(bad(0, "not a nanosecond pcap file of version 2.4".into()));
@@ -71,7 +69,10 @@ fn check_segment(seg: &Segment) -> Result<(), StoreError> {
     }
     let mut packets = 0u64;
     for e in entries.iter().filter(|e| e.packets > 0) {
-        let span = seg.span(&data, e, &mut checked)?;
+        let span = usize::try_from(e.data_offset)
+            .ok()
+            .and_then(|from| b.get(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
+            .ok_or_else(|| bad(b.len() as u64, format!("flow {} lies past the end of the data", e.flow.id)))?;
         let (seqs, ifaces) = s2.positions_and_ifaces(e)?;
         let recs = seg.records(e, &seqs, &ifaces, span)?;
         if let Some(r) = recs.iter().find(|r| r.seq < s1.seq_min || r.seq > s1.seq_max) {
@@ -115,7 +116,10 @@ impl Store {
         for d in self.damaged() {
             report.segments.push(SegmentCheck {
                 number: d.number,
-                data: crate::format::segment_paths(self.dir(), d.number).0,
+                data: crate::store::data_files(self.dir(), d.number)
+                    .ok()
+                    .and_then(|v| v.into_iter().next())
+                    .unwrap_or_else(|| crate::format::segment_paths(self.dir(), d.number).0),
                 packets: 0,
                 bytes: 0,
                 checksummed: false,
@@ -140,10 +144,12 @@ impl Store {
         let q = self.dir().join(QUARANTINE);
         std::fs::create_dir_all(&q).map_err(|e| StoreError::io(&q, e))?;
         for d in &damaged {
-            let (data, index) = crate::format::segment_paths(self.dir(), d.number);
-            // The index first: without it, what is left is out of the store.
-            for p in [&index, &data] {
-                move_into(p, &q)?;
+            let index = crate::format::segment_paths(self.dir(), d.number).1;
+            // The index first: without it, what is left is out of the store; then its data files (the one it
+            // names, and any left by an interrupted recompression).
+            move_into(&index, &q)?;
+            for p in crate::store::data_files(self.dir(), d.number)? {
+                move_into(&p, &q)?;
             }
             self.segments.retain(|s| s.stage1.number != d.number);
         }

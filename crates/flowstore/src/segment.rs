@@ -5,11 +5,12 @@
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use pcaptool_packet::MappedFile;
 
+use crate::blocks::{BlockMap, Zstd};
 use crate::codec::unseal;
 use crate::error::StoreError;
 use crate::stage1::{Stage1, StoreMeta};
@@ -48,27 +49,38 @@ pub struct Segment {
     pub stage1: Stage1,
     data_file: File,
     index_file: File,
-    /// The data file's block checksums, read when first needed.
+    /// The data file's block checksums (plain data), read when first needed.
     sums: OnceLock<Vec<u32>>,
+    /// The data file's block directory (compressed data), read when first needed.
+    blocks: OnceLock<BlockMap>,
 }
 
 impl Segment {
-    /// Opens the segment whose data file is `data` and index `index`: reads the index's header and stage 1.
-    pub fn open(data: PathBuf, index: PathBuf) -> Result<Segment, StoreError> {
+    /// Opens the segment whose index file is `index`: reads the index's header and stage 1, and opens the data
+    /// file it names, beside it.
+    pub fn open(index: PathBuf) -> Result<Segment, StoreError> {
         let index_file = File::open(&index).map_err(|e| StoreError::io(&index, e))?;
+        let stage1 = Segment::read_stage1(&index, &index_file)?;
+        let data = index.with_file_name(stage1.data_file_name());
         let data_file = File::open(&data).map_err(|e| StoreError::io(&data, e))?;
-        Segment::from_files(data, index, data_file, index_file)
+        Ok(Segment::from_parts(data, index, stage1, data_file, index_file))
     }
 
-    /// [`open`](Self::open) with the files already open.
-    pub(crate) fn from_files(
+    /// A segment of its files, open, and its stage 1 (read by [`read_stage1`](Self::read_stage1)).
+    pub(crate) fn from_parts(
         data: PathBuf,
         index: PathBuf,
+        stage1: Stage1,
         data_file: File,
         index_file: File,
-    ) -> Result<Segment, StoreError> {
-        let f = &index_file;
-        let corrupt = |offset: u64, why: String| StoreError::Corrupt { path: index.clone(), offset, why };
+    ) -> Segment {
+        Segment { data, index, stage1, data_file, index_file, sums: OnceLock::new(), blocks: OnceLock::new() }
+    }
+
+    /// Reads the header and stage 1 of the index file `index` (open as `f`), checking their checksums and that
+    /// the file is as long as they say.
+    pub(crate) fn read_stage1(index: &Path, f: &File) -> Result<Stage1, StoreError> {
+        let corrupt = |offset: u64, why: String| StoreError::Corrupt { path: index.to_path_buf(), offset, why };
         let mut h = [0u8; HEADER_LEN];
         f.read_exact_at(&mut h, 0).map_err(|_| corrupt(0, "shorter than its header".into()))?;
         if h[0..4] != MAGIC {
@@ -88,26 +100,26 @@ impl Segment {
             return Err(corrupt(0, "header checksum mismatch".into()));
         }
         let s1_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
-        let have = f.metadata().map_err(|e| StoreError::io(&index, e))?.len();
+        let have = f.metadata().map_err(|e| StoreError::io(index, e))?.len();
         if (HEADER_LEN + s1_len) as u64 > have {
             return Err(corrupt(HEADER_LEN as u64, format!("stage 1 of {s1_len} bytes does not fit in the file")));
         }
         let mut s1 = vec![0u8; s1_len];
         f.read_exact_at(&mut s1, HEADER_LEN as u64)
             .map_err(|_| corrupt(HEADER_LEN as u64, "stage 1 truncated".into()))?;
-        let body = unseal(&s1, &index, HEADER_LEN as u64, "stage 1")?;
+        let body = unseal(&s1, index, HEADER_LEN as u64, "stage 1")?;
         let mut stage1 =
             Stage1::decode(body, version).map_err(|why| corrupt(HEADER_LEN as u64, format!("stage 1: {why}")))?;
         let want = (HEADER_LEN as u64 + s1_len as u64)
             .checked_add(stage1.stage2_len)
             .and_then(|w| w.checked_add(stage1.positions_len))
-            .and_then(|w| w.checked_add(stage1.sums_count().checked_mul(4)?))
+            .and_then(|w| w.checked_add(stage1.map_bytes()))
             .unwrap_or(u64::MAX);
         if have != want {
             return Err(corrupt(have.min(want), format!("{have} bytes, its stages say {want}")));
         }
         stage1.stage2_at = (HEADER_LEN + s1_len) as u64;
-        Ok(Segment { data, index, stage1, data_file, index_file, sums: OnceLock::new() })
+        Ok(stage1)
     }
 
     /// Reads stage 2 (the flow table, sorted arrays and positions), checking its checksums and the structure of
@@ -116,8 +128,12 @@ impl Segment {
         let s1 = &self.stage1;
         let at2 = s1.stage2_at;
         let bad = |why: &str| self.corrupt(at2, why);
-        // The data file bounds what stage 1 may claim (and so what decoding may allocate).
+        // The data file bounds what stage 1 may claim (and so what decoding may allocate): compressed, through its
+        // block directory (each block at most 4 MiB raw).
         self.check_data_len()?;
+        if s1.codec.is_compressed() {
+            self.blocks()?;
+        }
         if s1.packets > s1.bytes.saturating_sub(24) / 16 || u64::from(s1.flows) > s1.packets {
             return Err(bad("more packets or flows than the data file can hold"));
         }
@@ -146,11 +162,12 @@ impl Segment {
     /// Checks that the data file is as long as stage 1 says.
     fn check_data_len(&self) -> Result<(), StoreError> {
         let len = self.data_file.metadata().map_err(|e| StoreError::io(&self.data, e))?.len();
-        if len != self.stage1.bytes {
+        let want = self.stage1.stored_bytes;
+        if len != want {
             return Err(StoreError::Corrupt {
                 path: self.data.clone(),
-                offset: len.min(self.stage1.bytes),
-                why: format!("{len} bytes, its index says {}", self.stage1.bytes),
+                offset: len.min(want),
+                why: format!("{len} bytes, its index says {want}"),
             });
         }
         Ok(())
@@ -160,22 +177,130 @@ impl Segment {
         StoreError::Corrupt { path: self.index.clone(), offset, why: why.to_string() }
     }
 
-    /// The data file's block checksums (empty for a version 2 segment), read from the index and checked
-    /// against stage 1 when first asked for.
-    pub(crate) fn sums(&self) -> Result<&[u32], StoreError> {
-        if let Some(s) = self.sums.get() {
-            return Ok(s);
-        }
+    /// The index's last part (the data checksums or the block directory), checked against stage 1's checksum.
+    fn map_part(&self) -> Result<Vec<u8>, StoreError> {
         let s1 = &self.stage1;
-        let n = usize::try_from(s1.sums_count()).map_err(|_| self.corrupt(HEADER_LEN as u64, "checksum count"))?;
         let at = s1.stage2_at + s1.stage2_len + s1.positions_len;
-        let mut bytes = vec![0u8; n.checked_mul(4).ok_or_else(|| self.corrupt(at, "checksum count"))?];
+        let n = usize::try_from(s1.map_bytes()).map_err(|_| self.corrupt(HEADER_LEN as u64, "checksum count"))?;
+        let mut bytes = vec![0u8; n];
         self.index_file.read_exact_at(&mut bytes, at).map_err(|e| StoreError::io(&self.index, e))?;
         if s1.block_log2 != 0 && crc32fast::hash(&bytes) != s1.sums_crc {
             return Err(self.corrupt(at, "the data checksums' checksum does not match"));
         }
+        Ok(bytes)
+    }
+
+    /// The data file's block checksums (plain data; empty for a version 2 segment), read from the index and
+    /// checked against stage 1 when first asked for.
+    pub(crate) fn sums(&self) -> Result<&[u32], StoreError> {
+        if let Some(s) = self.sums.get() {
+            return Ok(s);
+        }
+        let bytes = if self.stage1.codec.is_compressed() { Vec::new() } else { self.map_part()? };
         let sums = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         Ok(self.sums.get_or_init(|| sums))
+    }
+
+    /// The block directory of compressed data, read from the index and checked against stage 1 when first asked
+    /// for.
+    pub(crate) fn blocks(&self) -> Result<&BlockMap, StoreError> {
+        if let Some(b) = self.blocks.get() {
+            return Ok(b);
+        }
+        let s1 = &self.stage1;
+        let at = s1.stage2_at + s1.stage2_len + s1.positions_len;
+        let map = BlockMap::decode(s1.codec, &self.map_part()?, s1.n_blocks as usize, s1.bytes, s1.stored_bytes)
+            .map_err(|why| self.corrupt(at, &format!("block directory: {why}")))?;
+        Ok(self.blocks.get_or_init(|| map))
+    }
+
+    /// Reads and decompresses the blocks that hold the raw data `ranges` (sorted by start), checking each block
+    /// before and after it is decompressed; consecutive blocks are one read. Compressed data only.
+    pub(crate) fn read_raw(&self, ranges: &[Range<u64>]) -> Result<RawWindow, StoreError> {
+        self.check_data_len()?;
+        let map = self.blocks()?;
+        let mut covering: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            if r.end > map.raw_len() {
+                return Err(StoreError::Corrupt {
+                    path: self.data.clone(),
+                    offset: r.start,
+                    why: format!("raw bytes {}..{} lie past the data's {}", r.start, r.end, map.raw_len()),
+                });
+            }
+            covering.push(map.covering(r.clone()));
+        }
+        covering.sort_unstable_by_key(|r| r.start);
+        // Runs of consecutive blocks, each one read.
+        let mut wanted: Vec<Range<usize>> = Vec::new();
+        for bs in covering.into_iter().filter(|bs| !bs.is_empty()) {
+            match wanted.last_mut() {
+                Some(last) if bs.start <= last.end => last.end = last.end.max(bs.end),
+                _ => wanted.push(bs),
+            }
+        }
+        let mut w = RawWindow::default();
+        let mut stored = Vec::new();
+        let mut z = Zstd::default();
+        for run in wanted {
+            let sr = map.stored_range(run.clone());
+            stored.resize((sr.end - sr.start) as usize, 0);
+            self.data_file.read_exact_at(&mut stored, sr.start).map_err(|e| StoreError::io(&self.data, e))?;
+            for b in run {
+                let at = (map.stored_range(b..b + 1).start - sr.start) as usize;
+                let len = map.entries[b].stored_len as usize;
+                let raw = map.raw_range(b);
+                w.pieces.push((raw.start, w.buf.len()));
+                map.decompress(&self.data, b, &stored[at..at + len], &mut w.buf, &mut z)?;
+            }
+        }
+        Ok(w)
+    }
+
+    /// Reads the packets of `entries` of stage 2 `s2`: the data that holds them (mapped if plain, decompressed
+    /// if compressed) and their records, each checked against its flow and the data checksums.
+    pub(crate) fn read_entries(&self, s2: &Stage2, entries: &[&FlowEntry]) -> Result<SegData, StoreError> {
+        let entries: Vec<&FlowEntry> = entries.iter().copied().filter(|e| e.packets > 0).collect();
+        let mut records = Vec::new();
+        if self.stage1.codec.is_compressed() {
+            let ranges: Vec<Range<u64>> = entries.iter().map(|e| e.data_offset..e.data_offset + e.data_len).collect();
+            let w = self.read_raw(&ranges)?;
+            for e in entries {
+                let (seqs, ifaces) = s2.positions_and_ifaces(e)?;
+                let (at, span) = w.get(e.data_offset, e.data_len).ok_or_else(|| self.past_end(e))?;
+                records
+                    .extend(self.records(e, &seqs, &ifaces, span)?.into_iter().map(|r| Record { at: at + r.at, ..r }));
+            }
+            return Ok(SegData { bytes: SegBytes::Raw(w.buf), records });
+        }
+        let data = self.map_data()?;
+        let mut checked = Checked::default();
+        for e in entries {
+            let span = self.span(&data, e, &mut checked)?;
+            let (seqs, ifaces) = s2.positions_and_ifaces(e)?;
+            let base = e.data_offset as usize;
+            records.extend(self.records(e, &seqs, &ifaces, span)?.into_iter().map(|r| Record { at: base + r.at, ..r }));
+        }
+        Ok(SegData { bytes: SegBytes::Mapped(data), records })
+    }
+
+    /// The whole raw data, every block checked: mapped if plain, decompressed if compressed.
+    pub(crate) fn read_all(&self) -> Result<SegBytes, StoreError> {
+        if self.stage1.codec.is_compressed() {
+            let w = self.read_raw(std::slice::from_ref(&(0..self.stage1.bytes)))?;
+            return Ok(SegBytes::Raw(w.buf));
+        }
+        let data = self.map_data()?;
+        self.check(data.bytes(), 0..data.bytes().len() as u64, &mut Checked::default())?;
+        Ok(SegBytes::Mapped(data))
+    }
+
+    fn past_end(&self, e: &FlowEntry) -> StoreError {
+        StoreError::Corrupt {
+            path: self.data.clone(),
+            offset: self.stage1.bytes,
+            why: format!("flow {} lies past the end of the data", e.flow.id),
+        }
     }
 
     /// Checks the data of `range` of the data file (whose bytes are `data`) against its block checksums, each
@@ -198,6 +323,15 @@ impl Segment {
         f: &mut dyn FnMut(&StoredPacket<'_>),
     ) -> Result<(), StoreError> {
         if e.packets == 0 {
+            return Ok(());
+        }
+        if self.stage1.codec.is_compressed() {
+            let got = self.read_entries(s2, &[e])?;
+            for r in &got.records {
+                let data = &got.bytes.bytes()[r.at..r.at + r.len];
+                let meta = self.stage1.meta(r.iface);
+                f(&StoredPacket { seq: r.seq, ts_ns: r.ts_ns, wirelen: r.wirelen, data, meta });
+            }
             return Ok(());
         }
         let (seqs, ifaces) = s2.positions_and_ifaces(e)?;
@@ -241,7 +375,8 @@ impl Segment {
         Ok(((e.data_offset - from) as usize, (end - from) as usize))
     }
 
-    /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid).
+    /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid). Plain
+    /// data only.
     pub(crate) fn map_data(&self) -> Result<MappedFile, StoreError> {
         self.check_data_len()?;
         MappedFile::map(&self.data_file).map_err(|e| StoreError::io(&self.data, e))
@@ -298,6 +433,58 @@ impl Segment {
         }
         Ok(out)
     }
+}
+
+/// Raw data decompressed from some of a segment's blocks: their bytes one after another, and where each block
+/// starts in the raw data and in `buf`.
+#[derive(Debug, Default)]
+pub(crate) struct RawWindow {
+    pub buf: Vec<u8>,
+    pub pieces: Vec<(u64, usize)>,
+}
+
+impl RawWindow {
+    /// The raw bytes `at..at + len` (within consecutive blocks read), and where they start in `buf`.
+    pub(crate) fn get(&self, at: u64, len: u64) -> Option<(usize, &[u8])> {
+        let i = self.pieces.partition_point(|p| p.0 <= at).checked_sub(1)?;
+        let (raw, start) = self.pieces[i];
+        let from = start + usize::try_from(at - raw).ok()?;
+        let to = from.checked_add(usize::try_from(len).ok()?)?;
+        // Blocks after piece `i` follow it in `buf`; they must follow it in the raw data too, up to `to`.
+        let mut j = i;
+        while j + 1 < self.pieces.len() && self.pieces[j + 1].1 < to {
+            let (r0, s0) = self.pieces[j];
+            let (r1, s1) = self.pieces[j + 1];
+            if r1 - r0 != (s1 - s0) as u64 {
+                return None;
+            }
+            j += 1;
+        }
+        Some((from, self.buf.get(from..to)?))
+    }
+}
+
+/// A segment's data as read for a query: mapped (plain) or decompressed (compressed).
+#[derive(Debug)]
+pub(crate) enum SegBytes {
+    Mapped(MappedFile),
+    Raw(Vec<u8>),
+}
+
+impl SegBytes {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            SegBytes::Mapped(m) => m.bytes(),
+            SegBytes::Raw(v) => v,
+        }
+    }
+}
+
+/// Packets read from a segment: the bytes that hold them, and their records (each `at` an offset in them).
+#[derive(Debug)]
+pub(crate) struct SegData {
+    pub bytes: SegBytes,
+    pub records: Vec<Record>,
 }
 
 /// A record of a flow's span: its position in the original order, timestamp, wire length, where its bytes are

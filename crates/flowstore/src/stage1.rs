@@ -4,8 +4,10 @@
 
 use pcaptool_packet::{Field, LinkType, Need, Pred, TsPrecision};
 
+use crate::blocks::{Codec, ENTRY_BYTES};
 use crate::bloom::Bloom;
 use crate::codec::Rd;
+use crate::format::data_file_name;
 
 /// What a packet of a store is: its link type, snapshot length, timestamp precision and byte order, and the
 /// interface it came from. Segments group packets by link type and byte order (the pcap data file has one link
@@ -133,7 +135,7 @@ impl FlowIds {
 /// A segment's first stage: kept in memory for every segment of a store.
 #[derive(Clone, Debug)]
 pub struct Stage1 {
-    /// The index's format version (2 to 6).
+    /// The index's format version (2 to 7).
     pub version: u16,
     /// The segment's number.
     pub number: u32,
@@ -179,6 +181,15 @@ pub struct Stage1 {
     pub(crate) sums_crc: u32,
     /// Where stage 2 starts in the index file.
     pub(crate) stage2_at: u64,
+    /// How the packet data is stored (plain pcap before version 7).
+    pub codec: Codec,
+    /// The data file's generation: 0 as written, one more at each recompression (it is part of the file's name,
+    /// so that a recompressed segment's data never replaces the file a reader has open).
+    pub generation: u32,
+    /// Blocks of compressed data (0 for plain data).
+    pub(crate) n_blocks: u32,
+    /// Bytes of the data file as stored (`bytes` for plain data, less when compressed).
+    pub stored_bytes: u64,
 }
 
 fn precision_code(p: TsPrecision) -> u8 {
@@ -224,9 +235,24 @@ impl Stage1 {
         (self.block_log2 != 0).then(|| 1u64 << self.block_log2)
     }
 
-    /// Checksums of the data file: one per block.
+    /// Checksums of the data file: one per block (plain data).
     pub(crate) fn sums_count(&self) -> u64 {
+        if self.codec.is_compressed() {
+            return 0;
+        }
         self.checksum_block().map_or(0, |b| self.bytes.div_ceil(b))
+    }
+
+    /// Bytes of the index's last part: the data checksums of plain data, or the block directory of compressed
+    /// data.
+    pub(crate) fn map_bytes(&self) -> u64 {
+        if self.codec.is_compressed() { u64::from(self.n_blocks) * ENTRY_BYTES as u64 } else { 4 * self.sums_count() }
+    }
+
+    /// The data file's name: `seg-NNNNNN.pcap` as first written plain, with the generation after the number once
+    /// recompressed, and the compressor's suffix when compressed (`seg-000003.pcap.zst`, `seg-000003.2.pcap.lz4`).
+    pub fn data_file_name(&self) -> String {
+        data_file_name(self.number, self.generation, self.codec)
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -275,10 +301,15 @@ impl Stage1 {
                 o.extend_from_slice(&s.ends.to_le_bytes());
             }
         }
+        o.push(self.codec.id());
+        o.push(self.codec.level());
+        o.extend_from_slice(&self.generation.to_le_bytes());
+        o.extend_from_slice(&self.n_blocks.to_le_bytes());
+        o.extend_from_slice(&self.stored_bytes.to_le_bytes());
         o
     }
 
-    /// Decodes a stage 1 body of format `version` (2 to 6).
+    /// Decodes a stage 1 body of format `version` (2 to 7).
     pub(crate) fn decode(b: &[u8], version: u16) -> Result<Stage1, String> {
         let mut r = Rd { b, at: 0 };
         let number = r.u32()?;
@@ -349,6 +380,21 @@ impl Stage1 {
                 (sums_crc, ifaces, source)
             }
         };
+        // Version 7: how the data is stored.
+        let (codec, generation, n_blocks, stored_bytes) = if version >= 7 {
+            let codec = Codec::from_parts(r.u8()?, r.u8()?)?;
+            let (generation, n_blocks, stored) = (r.u32()?, r.u32()?, r.u64()?);
+            // Compressed data is in blocks (the pcap header is one at least); plain data in none.
+            if codec.is_compressed() != (n_blocks > 0) {
+                return Err(format!("{codec} data in {n_blocks} blocks"));
+            }
+            (codec, generation, n_blocks, stored)
+        } else {
+            (Codec::None, 0, 0, bytes)
+        };
+        if !codec.is_compressed() && stored_bytes != bytes {
+            return Err(format!("plain data of {bytes} bytes stored in {stored_bytes}"));
+        }
         if r.at != b.len() {
             return Err("bytes after stage 1".into());
         }
@@ -378,12 +424,16 @@ impl Stage1 {
             block_log2,
             sums_crc,
             stage2_at: 0,
+            codec,
+            generation,
+            n_blocks,
+            stored_bytes,
         })
     }
 
     /// Bytes of the index beyond stage 1 (flow table, sorted arrays, positions, data checksums).
     pub fn stage2_bytes(&self) -> u64 {
-        self.stage2_len + self.positions_len + 4 * self.sums_count()
+        self.stage2_len + self.positions_len + self.map_bytes()
     }
 
     /// Bytes of the whole index file.

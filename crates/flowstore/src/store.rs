@@ -9,16 +9,16 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pcaptool_packet::{MappedFile, Need};
+use pcaptool_packet::Need;
 use rustc_hash::FxHashMap;
 
+use crate::blocks::{Codec, DEFAULT_BLOCK_SIZE};
 use crate::error::StoreError;
 use crate::flow::Flow;
-use crate::format::segment_paths;
+use crate::format::{is_data_ext, segment_paths};
 use crate::lock::{LOCK_FILE, WriterLock};
-use crate::segment::{Record, Segment, StoredPacket};
+use crate::segment::{FlowEntry, Record, SegBytes, SegData, Segment, StoredPacket};
 use crate::stage1::StoreMeta;
-use crate::sums::Checked;
 
 /// The folder of a store where `pcaptool repair` puts damaged segments.
 pub const QUARANTINE: &str = "quarantine";
@@ -37,11 +37,22 @@ pub struct ImportOptions {
     pub max_size: Option<u64>,
     /// Import a trace the store already holds whole, as new packets (by default it is refused).
     pub allow_duplicates: bool,
+    /// How the segments' data is stored (default: plain pcap).
+    pub compress: Codec,
+    /// Raw bytes each compressed block aims at (default [`DEFAULT_BLOCK_SIZE`]).
+    pub block_size: usize,
 }
 
 impl Default for ImportOptions {
     fn default() -> ImportOptions {
-        ImportOptions { segment_bytes: 256 << 20, segment_packets: 1 << 22, max_size: None, allow_duplicates: false }
+        ImportOptions {
+            segment_bytes: 256 << 20,
+            segment_packets: 1 << 22,
+            max_size: None,
+            allow_duplicates: false,
+            compress: Codec::None,
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
     }
 }
 
@@ -102,6 +113,14 @@ impl DamagedSegment {
                     "bytes {start}..{end} do not match their checksum (stored {stored:08x}, computed {computed:08x})"
                 ),
             ),
+            StoreError::BlockChecksum { path, block, start, end, stored, computed } => (
+                path.clone(),
+                *start,
+                format!(
+                    "block {block} (bytes {start}..{end}) does not match its checksum (stored {stored:08x}, computed \
+                     {computed:08x})"
+                ),
+            ),
             StoreError::Io { path, source } => (path.clone(), 0, format!("cannot be read: {source}")),
             other => (fallback.to_path_buf(), 0, other.to_string()),
         };
@@ -142,11 +161,12 @@ pub struct Store {
     skipped: Mutex<Vec<DamagedSegment>>,
 }
 
-/// What a directory listing holds of a store: by segment number, whether its data and index files exist under
-/// their final names; the files of unfinished segments.
+/// What a directory listing holds of a store: by segment number, the names of its data files (one, or two while a
+/// recompression is under way) and whether its index exists under its final name; the files of unfinished
+/// segments.
 #[derive(Debug, Default)]
 struct Listing {
-    numbers: BTreeMap<u32, (bool, bool)>,
+    numbers: BTreeMap<u32, (Vec<String>, bool)>,
     tmp: Vec<PathBuf>,
 }
 
@@ -158,22 +178,27 @@ impl Listing {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             let Some((n, ext)) = segment_number(name) else { continue };
-            match ext {
-                "pcap" => l.numbers.entry(n).or_default().0 = true,
-                "ptsx" => l.numbers.entry(n).or_default().1 = true,
-                "pcap.tmp" | "ptsx.tmp" => l.tmp.push(entry.path()),
-                _ => {}
+            if ext == "ptsx" {
+                l.numbers.entry(n).or_default().1 = true;
+            } else if is_data_ext(ext) {
+                l.numbers.entry(n).or_default().0.push(name.to_string());
+            } else if ext.strip_suffix(".tmp").is_some_and(|e| e == "ptsx" || is_data_ext(e)) {
+                l.tmp.push(entry.path());
             }
+        }
+        for v in l.numbers.values_mut() {
+            v.0.sort();
         }
         l.tmp.sort();
         Ok(l)
     }
 
     fn complete(&self) -> impl Iterator<Item = u32> + '_ {
-        self.numbers.iter().filter(|(_, f)| f.0 && f.1).map(|(&n, _)| n)
+        self.numbers.iter().filter(|(_, f)| !f.0.is_empty() && f.1).map(|(&n, _)| n)
     }
 }
 
+/// The number of a segment's file and what follows it (`seg-000012.ptsx`: 12 and `ptsx`).
 fn segment_number(name: &str) -> Option<(u32, &str)> {
     let rest = name.strip_prefix("seg-")?;
     let (num, ext) = rest.split_once('.')?;
@@ -182,10 +207,15 @@ fn segment_number(name: &str) -> Option<(u32, &str)> {
         .and_then(|(n, e)| Some((n?, e)))
 }
 
+/// The data files of segment `n` of `dir` (one, or two while a recompression is under way), by name.
+pub(crate) fn data_files(dir: &Path, n: u32) -> Result<Vec<PathBuf>, StoreError> {
+    Ok(Listing::of(dir)?.numbers.remove(&n).map_or_else(Vec::new, |(d, _)| d.iter().map(|d| dir.join(d)).collect()))
+}
+
 /// Opens segment `n` of `dir`: `Ok(Ok(None))` if one of its files is gone (a writer's retention removed it since
 /// the listing), `Ok(Err)` with the damage if it cannot be read, `Err` when the process may open no more files.
 fn open_segment(dir: &Path, n: u32) -> Result<Result<Option<Segment>, DamagedSegment>, StoreError> {
-    let (data, index) = segment_paths(dir, n);
+    let index = segment_paths(dir, n).1;
     let open = |p: &Path| match File::open(p) {
         Ok(f) => Ok(Ok(Some(f))),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(Ok(None)),
@@ -195,19 +225,27 @@ fn open_segment(dir: &Path, n: u32) -> Result<Result<Option<Segment>, DamagedSeg
         }
         Err(e) => Ok(Err(DamagedSegment::of(n, &StoreError::io(p, e), p))),
     };
-    let index_file = match open(&index)? {
-        Ok(Some(f)) => f,
-        Ok(None) => return Ok(Ok(None)),
-        Err(d) => return Ok(Err(d)),
-    };
-    let data_file = match open(&data)? {
-        Ok(Some(f)) => f,
-        Ok(None) => return Ok(Ok(None)),
-        Err(d) => return Ok(Err(d)),
-    };
-    let seg = match Segment::from_files(data, index.clone(), data_file, index_file) {
-        Ok(seg) => seg,
-        Err(e) => return Ok(Err(DamagedSegment::of(n, &e, &index))),
+    // The index names the data file. A recompression replaces both: its new data file first, then the index,
+    // then the old data file goes; an index read just before that finds its data file gone, and is read again.
+    let mut missing: Option<PathBuf> = None;
+    let seg = loop {
+        let index_file = match open(&index)? {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(Ok(None)),
+            Err(d) => return Ok(Err(d)),
+        };
+        let stage1 = match Segment::read_stage1(&index, &index_file) {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(DamagedSegment::of(n, &e, &index))),
+        };
+        let data = dir.join(stage1.data_file_name());
+        match open(&data)? {
+            Ok(Some(f)) => break Segment::from_parts(data, index.clone(), stage1, f, index_file),
+            // Removed by retention (data first), or by a recompression since the index was read.
+            Ok(None) if missing.as_ref() == Some(&data) => return Ok(Ok(None)),
+            Ok(None) => missing = Some(data),
+            Err(d) => return Ok(Err(d)),
+        }
     };
     // A segment's files copied or renamed to another number would give its packets twice, or out of place.
     if seg.stage1.number != n {
@@ -248,27 +286,57 @@ impl Store {
             std::fs::remove_file(t).map_err(|e| StoreError::io(t, e))?;
             repairs.push(format!("removed {}, left by an interrupted segment", file_name(t)));
         }
-        for (&n, &(data, index)) in &listing.numbers {
-            let (data_path, index_path) = segment_paths(dir, n);
-            match (data, index) {
-                (false, true) => {
+        for (&n, (data, index)) in &listing.numbers {
+            let index_path = segment_paths(dir, n).1;
+            match (data.is_empty(), index) {
+                (true, true) => {
                     std::fs::remove_file(&index_path).map_err(|e| StoreError::io(&index_path, e))?;
                     repairs.push(format!(
                         "removed {}: its segment was interrupted before its data file was complete",
                         file_name(&index_path)
                     ));
                 }
-                (true, false) => repairs.push(format!(
-                    "left {} out: it has no index (it was not written by pcaptool, or its removal was interrupted)",
-                    file_name(&data_path)
-                )),
+                (false, false) => {
+                    for d in data {
+                        repairs.push(format!(
+                            "left {d} out: it has no index (it was not written by pcaptool, or its removal was \
+                             interrupted)"
+                        ));
+                    }
+                }
                 _ => {}
             }
         }
         let mut store = Store::empty(dir);
         store.lock = Some(lock);
-        store.repairs = repairs;
         store.load(&listing)?;
+        // A recompression interrupted after its new data file was in place leaves two data files: the one the
+        // index names is the segment's, the other goes. An index naming a data file that is gone (its removal
+        // interrupted) goes too.
+        for (&n, (data, _)) in listing.numbers.iter().filter(|(_, f)| f.1 && !f.0.is_empty()) {
+            let seg = store.segments.iter().find(|s| s.stage1.number == n);
+            let damaged = store.damaged.iter().any(|d| d.number == n);
+            match seg {
+                Some(seg) => {
+                    let keep = seg.stage1.data_file_name();
+                    for d in data.iter().filter(|d| **d != keep) {
+                        let p = dir.join(d);
+                        std::fs::remove_file(&p).map_err(|e| StoreError::io(&p, e))?;
+                        repairs.push(format!("removed {d}, left by an interrupted recompression of its segment"));
+                    }
+                }
+                None if !damaged => {
+                    let index_path = segment_paths(dir, n).1;
+                    std::fs::remove_file(&index_path).map_err(|e| StoreError::io(&index_path, e))?;
+                    repairs.push(format!(
+                        "removed {}: the data file it names is gone (its removal was interrupted)",
+                        file_name(&index_path)
+                    ));
+                }
+                None => {}
+            }
+        }
+        store.repairs = repairs;
         Ok(store)
     }
 
@@ -322,10 +390,12 @@ impl Store {
         // Newest first: retention removes the oldest first, so once a segment has been opened every newer one was
         // (a reader never holds an older segment without the newer ones retention removed in the meantime), and
         // what it sees is a stretch of whole segments.
-        for (&n, &(data, index)) in listing.numbers.iter().rev() {
-            if !(data && index) {
-                let (d, i) = segment_paths(&self.dir, n);
-                self.leftovers.push(if data { d } else { i });
+        for (&n, (data, index)) in listing.numbers.iter().rev() {
+            if data.is_empty() || !index {
+                if *index {
+                    self.leftovers.push(segment_paths(&self.dir, n).1);
+                }
+                self.leftovers.extend(data.iter().map(|d| self.dir.join(d)));
                 continue;
             }
             match open_segment(&self.dir, n)? {
@@ -465,7 +535,7 @@ impl Store {
 
     /// Bytes segment `s` takes on disk (data and index).
     fn size_of(s: &Segment) -> u64 {
-        s.stage1.bytes + s.stage1.index_bytes()
+        s.stage1.stored_bytes + s.stage1.index_bytes()
     }
 
     /// Bytes the store's segments take.
@@ -503,49 +573,35 @@ impl Store {
     }
 
     /// The records of segment `seg` that may satisfy `need` (each flow's span checked against its checksums),
-    /// with the segment's mapped data; `None` if stage 2 rules it out.
-    fn read_candidates(
-        &self,
-        seg: &Segment,
-        need: &Need,
-        st: &mut QueryStats,
-    ) -> Result<Option<(MappedFile, Vec<Record>)>, StoreError> {
+    /// with the data that holds them; `None` if stage 2 rules it out.
+    fn read_candidates(&self, seg: &Segment, need: &Need, st: &mut QueryStats) -> Result<Option<SegData>, StoreError> {
         let s2 = seg.stage2()?;
         let entries = s2.candidates(need)?;
         if entries.iter().all(|e| e.packets == 0) {
             return Ok(None);
         }
-        // Each flow is one sequential stretch of the mapped data file; the packets are then visited in original
-        // order.
-        let data = seg.map_data()?;
-        let mut checked = Checked::default();
-        let mut got = Vec::new();
-        for e in entries.iter().filter(|e| e.packets > 0) {
-            st.flows_read += 1;
-            st.bytes_read += e.data_len;
-            let span = seg.span(&data, e, &mut checked)?;
-            let (seqs, ifaces) = s2.positions_and_ifaces(e)?;
-            let base = e.data_offset as usize;
-            got.extend(seg.records(e, &seqs, &ifaces, span)?.into_iter().map(|r| Record { at: base + r.at, ..r }));
-        }
-        Ok(Some((data, got)))
+        // Each flow is one sequential stretch of the data file; the packets are then visited in original order.
+        let entries: Vec<&FlowEntry> = entries.iter().filter(|e| e.packets > 0).collect();
+        st.flows_read += entries.len() as u64;
+        st.bytes_read += entries.iter().map(|e| e.data_len).sum::<u64>();
+        Ok(Some(seg.read_entries(&s2, &entries)?))
     }
 
-    /// Adds what was read of segment `seg` (its mapped data and records) to `maps` and `got`; a read that failed
-    /// on damage is left out or fails the read (see [`damage`](Self::damage)).
+    /// Adds what was read of segment `seg` (its data and records) to `maps` and `got`; a read that failed on
+    /// damage is left out or fails the read (see [`damage`](Self::damage)).
     fn gather<'a>(
         &self,
         seg: &'a Segment,
-        read: Result<Option<(MappedFile, Vec<Record>)>, StoreError>,
-        maps: &mut Vec<(&'a Segment, MappedFile)>,
+        read: Result<Option<SegData>, StoreError>,
+        maps: &mut Vec<(&'a Segment, SegBytes)>,
         got: &mut Vec<(u32, Record)>,
     ) -> Result<(), StoreError> {
         match read {
             Ok(None) => Ok(()),
-            Ok(Some((data, recs))) => {
+            Ok(Some(d)) => {
                 let m = maps.len() as u32;
-                got.extend(recs.into_iter().map(|r| (m, r)));
-                maps.push((seg, data));
+                got.extend(d.records.into_iter().map(|r| (m, r)));
+                maps.push((seg, d.bytes));
                 Ok(())
             }
             Err(e) => self.damage(seg.stage1.number, e, &seg.index),
@@ -571,7 +627,7 @@ impl Store {
                 end = end.max(order[j].stage1.seq_max);
                 j += 1;
             }
-            let mut maps: Vec<(&Segment, MappedFile)> = Vec::new();
+            let mut maps: Vec<(&Segment, SegBytes)> = Vec::new();
             let mut got: Vec<(u32, Record)> = Vec::new();
             for seg in &order[i..j] {
                 if !seg.stage1.may_match(need) {
@@ -594,17 +650,12 @@ impl Store {
     /// its data checksums); false if the store has no such flow.
     pub fn flow(&self, id: u64, f: &mut dyn FnMut(&StoredPacket<'_>)) -> Result<bool, StoreError> {
         self.check_damaged()?;
-        let mut maps: Vec<(&Segment, MappedFile)> = Vec::new();
+        let mut maps: Vec<(&Segment, SegBytes)> = Vec::new();
         let mut got: Vec<(u32, Record)> = Vec::new();
         for seg in self.segments.iter().filter(|s| s.stage1.may_hold_flow(id)) {
-            let read = || -> Result<Option<(MappedFile, Vec<Record>)>, StoreError> {
+            let read = || -> Result<Option<SegData>, StoreError> {
                 let Some((entry, s2)) = seg.find_flow(id)? else { return Ok(None) };
-                let data = seg.map_data()?;
-                let base = entry.data_offset as usize;
-                let (seqs, ifaces) = s2.positions_and_ifaces(&entry)?;
-                let span = seg.span(&data, &entry, &mut Checked::default())?;
-                let recs = seg.records(&entry, &seqs, &ifaces, span)?;
-                Ok(Some((data, recs.into_iter().map(|r| Record { at: base + r.at, ..r }).collect())))
+                Ok(Some(seg.read_entries(&s2, &[&entry])?))
             };
             self.gather(seg, read(), &mut maps, &mut got)?;
         }
@@ -699,7 +750,7 @@ pub(crate) fn quarantined_numbers(dir: &Path) -> Vec<u32> {
 /// Calls `f` with the records `got` (each the index of its segment's mapped data in `maps`) in the store's order;
 /// false if `f` asked to stop.
 fn in_order(
-    maps: &[(&Segment, MappedFile)],
+    maps: &[(&Segment, SegBytes)],
     mut got: Vec<(u32, Record)>,
     f: &mut dyn FnMut(&StoredPacket<'_>) -> bool,
 ) -> bool {

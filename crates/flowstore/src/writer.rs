@@ -12,6 +12,9 @@ use pcaptool_packet::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::blocks::{
+    BlockEntry, BlockMap, Blocker, Codec, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Zstd, compress,
+};
 use crate::bloom::Bloom;
 use crate::codec::{put_varint, seal};
 use crate::dataout::DataOut;
@@ -184,6 +187,9 @@ pub struct SegmentWriter {
     /// Positions of the first and last packet.
     first_seq: u64,
     last_seq: u64,
+    /// How the data file is stored, and the raw size its blocks aim at.
+    codec: Codec,
+    block_size: usize,
 }
 
 impl SegmentWriter {
@@ -217,9 +223,18 @@ impl SegmentWriter {
             record_bytes: 0,
             first_seq: u64::MAX,
             last_seq: 0,
+            codec: Codec::None,
+            block_size: DEFAULT_BLOCK_SIZE,
         };
         w.iface_index(&meta, iface_name);
         w
+    }
+
+    /// Stores the data file with `codec` in blocks of about `block_size` raw bytes (clamped to
+    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]); plain pcap by default.
+    pub fn set_storage(&mut self, codec: Codec, block_size: usize) {
+        self.codec = codec;
+        self.block_size = block_size.clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
     }
 
     /// The link type and byte order of its packets.
@@ -486,7 +501,8 @@ impl SegmentWriter {
     }
 
     fn close_in_place(&mut self, dir: &Path, number: u32) -> Result<Stage1, StoreError> {
-        let (data_path, index_path) = segment_paths(dir, number);
+        let index_path = segment_paths(dir, number).1;
+        let data_path = dir.join(data_file_name(number, 0, self.codec));
         let tmp = |p: &Path| {
             let mut s = p.as_os_str().to_owned();
             s.push(".tmp");
@@ -518,9 +534,8 @@ impl SegmentWriter {
         order.extend(0..self.mem.slots.len() as u32);
         order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
-        let mut w = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage))
-            .map_err(io)?
-            .with_sums(std::mem::take(&mut self.mem.sums));
+        let out = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage)).map_err(io)?;
+        let mut w = Sink::new(out, self.codec, self.block_size, std::mem::take(&mut self.mem.sums));
         // The data file's snapshot length: the largest of its interfaces' (libpcap cuts a longer record to it).
         let snaplen = self.ifaces.iter().map(|f| f.snaplen).max().unwrap_or(0);
         let mut h = [0u8; 24];
@@ -622,14 +637,20 @@ impl SegmentWriter {
                 side.flags |= flags;
                 j += 1;
             }
+            w.flow_end().map_err(io)?;
             spans.push(Span { data: at - data0, positions: (positions.len() - pos0) as u64 });
         }
         self.mem.cursor = cursor;
         self.mem.sorted = sorted;
-        let (stage, sums) = w.finish().map_err(io)?;
-        let sums = sums.unwrap_or_default();
-        let sums_bytes: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
-        self.mem.sums = sums;
+        let (stage, map) = w.finish().map_err(io)?;
+        let (sums_bytes, n_blocks, stored_bytes) = match map {
+            DataMap::Sums(sums) => {
+                let bytes: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
+                self.mem.sums = sums;
+                (bytes, 0, at)
+            }
+            map => map.into_part_of(at).map_err(|_| corrupt("more than 2^32 blocks"))?,
+        };
 
         let ins: Vec<SlotIn<'_>> = order
             .iter()
@@ -676,6 +697,10 @@ impl SegmentWriter {
             stage2_len: 0,
             stage2_at: 0,
             positions_len: 0,
+            codec: self.codec,
+            generation: 0,
+            n_blocks,
+            stored_bytes,
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
@@ -710,9 +735,125 @@ impl SegmentWriter {
     }
 }
 
+/// Where a segment's data goes: a plain pcap file with a checksum per block of [`BLOCK_LOG2`] bytes, or
+/// compressed blocks.
+pub(crate) enum Sink {
+    Plain(DataOut),
+    Blocks(BlockSink),
+}
+
+/// What describes the data written: the plain file's checksums, or the compressed blocks and the file's length.
+pub(crate) enum DataMap {
+    Sums(Vec<u32>),
+    Blocks(Vec<BlockEntry>, u64),
+}
+
+impl DataMap {
+    /// The index's last part, the number of blocks and the data file's length (`raw` bytes if plain).
+    pub(crate) fn into_part_of(self, raw: u64) -> Result<(Vec<u8>, u32, u64), std::num::TryFromIntError> {
+        match self {
+            DataMap::Sums(sums) => Ok((sums.iter().flat_map(|s| s.to_le_bytes()).collect(), 0, raw)),
+            DataMap::Blocks(entries, stored) => Ok((BlockMap::encode(&entries), u32::try_from(entries.len())?, stored)),
+        }
+    }
+}
+
+/// Compressed data: raw bytes cut into blocks between flows ([`Blocker`]), each compressed and written.
+pub(crate) struct BlockSink {
+    out: DataOut,
+    codec: Codec,
+    blocker: Blocker,
+    z: Zstd,
+    scratch: Vec<u8>,
+    entries: Vec<BlockEntry>,
+    stored: u64,
+}
+
+impl BlockSink {
+    fn new(out: DataOut, codec: Codec, block_size: usize) -> BlockSink {
+        BlockSink {
+            out,
+            codec,
+            blocker: Blocker::new(block_size),
+            z: Zstd::default(),
+            scratch: Vec::new(),
+            entries: Vec::new(),
+            stored: 0,
+        }
+    }
+}
+
+/// Compresses a raw block and writes it (the fields of a [`BlockSink`] but its blocker, which hands the block).
+fn emit_block(
+    raw: &[u8],
+    codec: Codec,
+    out: &mut DataOut,
+    z: &mut Zstd,
+    scratch: &mut Vec<u8>,
+    entries: &mut Vec<BlockEntry>,
+    stored: &mut u64,
+) -> std::io::Result<()> {
+    scratch.clear();
+    let e = compress(codec, raw, scratch, z)?;
+    out.put(scratch)?;
+    *stored += scratch.len() as u64;
+    entries.push(e);
+    Ok(())
+}
+
+impl Sink {
+    /// Data written to `out`: plain with its checksums (into `sums`, whose memory is reused), or compressed with
+    /// `codec` in blocks of about `block_size` raw bytes.
+    pub(crate) fn new(out: DataOut, codec: Codec, block_size: usize, sums: Vec<u32>) -> Sink {
+        if codec.is_compressed() {
+            Sink::Blocks(BlockSink::new(out, codec, block_size))
+        } else {
+            Sink::Plain(out.with_sums(sums))
+        }
+    }
+
+    #[inline]
+    pub(crate) fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(out) => out.put(bytes),
+            Sink::Blocks(b) => {
+                let BlockSink { out, codec, blocker, z, scratch, entries, stored } = b;
+                blocker.put(bytes, &mut |raw| emit_block(raw, *codec, out, z, scratch, entries, stored))
+            }
+        }
+    }
+
+    /// Marks the end of a flow (and of the packets of no flow): where a block may end.
+    pub(crate) fn flow_end(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(_) => Ok(()),
+            Sink::Blocks(b) => {
+                let BlockSink { out, codec, blocker, z, scratch, entries, stored } = b;
+                blocker.flow_end(&mut |raw| emit_block(raw, *codec, out, z, scratch, entries, stored))
+            }
+        }
+    }
+
+    /// Writes what is left and syncs the file; returns the staging buffer and what describes the data.
+    pub(crate) fn finish(self) -> std::io::Result<(Vec<u8>, DataMap)> {
+        match self {
+            Sink::Plain(out) => {
+                let (stage, sums) = out.finish()?;
+                Ok((stage, DataMap::Sums(sums.unwrap_or_default())))
+            }
+            Sink::Blocks(mut b) => {
+                let BlockSink { out, codec, blocker, z, scratch, entries, stored } = &mut b;
+                blocker.finish(&mut |raw| emit_block(raw, *codec, out, z, scratch, entries, stored))?;
+                let (stage, _) = b.out.finish()?;
+                Ok((stage, DataMap::Blocks(b.entries, b.stored)))
+            }
+        }
+    }
+}
+
 /// Writes a segment index: the header (magic, version, stage 1's length, its CRC), then `parts` (stage 1, stage
 /// 2, positions, data checksums), with direct I/O through the buffer `stage`, which it hands back.
-fn write_index(index_tmp: &Path, stage: Vec<u8>, parts: &[&[u8]; 4]) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn write_index(index_tmp: &Path, stage: Vec<u8>, parts: &[&[u8]; 4]) -> Result<Vec<u8>, StoreError> {
     let mut header = Vec::with_capacity(HEADER_LEN);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&VERSION.to_le_bytes());
@@ -783,7 +924,7 @@ mod tests {
             let stage1 = w.close(&dir, 0).expect("close");
             proptest::prop_assert_eq!(stage1.packets, packets.len() as u64);
             let (data_path, index_path) = segment_paths(&dir, 0);
-            let seg = Segment::open(data_path.clone(), index_path).expect("open");
+            let seg = Segment::open(index_path).expect("open");
             let s2 = seg.stage2().expect("stage 2");
             let mut buf = Vec::new();
             let mut offset = 24;

@@ -66,6 +66,8 @@ pub(crate) struct Args {
     /// Close a segment at this many bytes of data (or once its packets take twice that in memory).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size)]
     segment_size: u64,
+    #[command(flatten)]
+    storage: crate::args::Storage,
     /// Remove the oldest segments whole so that the store stays within this size.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     max_size: Option<u64>,
@@ -251,7 +253,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             (meta, i.name.clone())
         })
         .collect();
-    let opts = ImportOptions { segment_bytes: args.segment_size, max_size: args.max_size, ..ImportOptions::default() };
+    let opts = ImportOptions {
+        segment_bytes: args.segment_size,
+        max_size: args.max_size,
+        compress: args.storage.compress,
+        block_size: args.storage.block_size,
+        ..ImportOptions::default()
+    };
     let mut sink = StoreSink { ingest: store.ingest(&opts)?, kinds, max_size: args.max_size };
     // The first segment's memory, written before packets arrive (later segments reuse it).
     sink.ingest.reserve(args.segment_size.min(SEGMENT_RESERVE) as usize);

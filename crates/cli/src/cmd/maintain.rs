@@ -42,6 +42,18 @@ pub(crate) struct RetainArgs {
     max_size: u64,
 }
 
+/// Arguments of `pcaptool compact`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompactArgs {
+    /// The store directory.
+    store: PathBuf,
+    #[command(flatten)]
+    storage: crate::args::Storage,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 pub(crate) fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut damaged = false;
     for path in &args.paths {
@@ -199,5 +211,45 @@ pub(crate) fn retain(args: RetainArgs) -> anyhow::Result<ExitCode> {
         .retain_size(args.max_size, u32::MAX)
         .with_context(|| format!("cannot remove segments of {}", args.store.display()))?;
     outln!("{}: {removed} oldest segments removed; the store takes {size} bytes", args.store.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
+    let mut store = open_writer(&args.store, false)?;
+    let total: u64 = store.segments().iter().map(|s| s.stage1.bytes).sum();
+    let pb = progress::bytes(Some(total), "compact");
+    let codec = args.storage.compress;
+    let st = store
+        .compact(codec, args.storage.block_size, &mut |done| pb.set_position(done))
+        .with_context(|| format!("cannot compact {}", args.store.display()))?;
+    pb.finish_and_clear();
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "store": args.store, "codec": codec.to_string(), "rewritten": st.rewritten, "kept": st.kept,
+                "old_format": st.old_format, "raw_bytes": st.raw_bytes, "bytes_before": st.before,
+                "bytes_after": st.after,
+            })
+        );
+    } else {
+        outln!(
+            "{}: {} segments rewritten as {codec} ({} raw bytes: {} stored before, {} after), {} already {codec}",
+            args.store.display(),
+            st.rewritten,
+            st.raw_bytes,
+            st.before,
+            st.after,
+            st.kept
+        );
+        if st.old_format > 0 {
+            outln!(
+                "{}: {} segments of a format before version 6 left as they are (import their traces again to \
+                 compress them)",
+                args.store.display(),
+                st.old_format
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -35,6 +35,8 @@ pub(crate) struct ImportArgs {
     /// interrupted import of a trace resumes after what it stored).
     #[arg(long)]
     allow_duplicates: bool,
+    #[command(flatten)]
+    storage: crate::args::Storage,
     /// Print what was imported as JSON lines.
     #[arg(long)]
     json: bool,
@@ -104,6 +106,8 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         segment_bytes: args.segment_size,
         max_size: args.max_size,
         allow_duplicates: args.allow_duplicates,
+        compress: args.storage.compress,
+        block_size: args.storage.block_size,
         ..ImportOptions::default()
     };
     let mut code = ExitCode::SUCCESS;
@@ -282,6 +286,11 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let bytes: u64 = segs.iter().map(|s| s.stage1.bytes).sum();
     let flows = store.flows(&Need::All)?.len();
     let index: u64 = segs.iter().map(|s| s.stage1.index_bytes()).sum();
+    let stored: u64 = segs.iter().map(|s| s.stage1.stored_bytes).sum();
+    let mut codecs: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for s in segs {
+        *codecs.entry(s.stage1.codec.to_string()).or_default() += 1;
+    }
     let t_min = segs.iter().filter(|s| s.stage1.packets > 0).map(|s| s.stage1.t_min).min();
     let t_max = segs.iter().map(|s| s.stage1.t_max).max();
     let unchecked = segs.iter().filter(|s| s.stage1.checksum_block().is_none()).count();
@@ -293,7 +302,7 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "{}",
             serde_json::json!({
                 "store": dir, "segments": segs.len(), "packets": packets, "data_bytes": bytes, "flows": flows,
-                "index_bytes": index, "first_ns": t_min, "last_ns": t_max,
+                "index_bytes": index, "stored_bytes": stored, "codecs": codecs, "first_ns": t_min, "last_ns": t_max,
                 "linktypes": store.metas().iter().map(|m| m.0.linktype.0).collect::<std::collections::BTreeSet<_>>(),
                 "segments_without_checksums": unchecked,
                 "damaged": damaged.iter().map(|d| serde_json::json!({
@@ -308,6 +317,14 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
         outln!("segments:     {}", segs.len());
         outln!("packets:      {packets}");
         outln!("data bytes:   {bytes}");
+        if stored != bytes {
+            let mix: Vec<String> = codecs.iter().map(|(c, n)| format!("{c} in {n}")).collect();
+            outln!(
+                "stored bytes: {stored} ({:.3} of the data; segments: {})",
+                stored as f64 / bytes.max(1) as f64,
+                mix.join(", ")
+            );
+        }
         outln!("flows:        {flows}");
         outln!("index bytes:  {index} ({:.3}% of the data)", 100.0 * index as f64 / bytes.max(1) as f64);
         if let (Some(a), Some(b)) = (t_min, t_max) {

@@ -41,8 +41,43 @@ impl Compression {
         Ok(match self {
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(io::BufReader::with_capacity(1 << 16, r))),
             Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(r)?),
-            Compression::Lz4 => Box::new(lz4_flex::frame::FrameDecoder::new(r)),
+            Compression::Lz4 => Box::new(Lz4Frames(lz4_flex::frame::FrameDecoder::new(EofTrack { r, eof: false }))),
         })
+    }
+}
+
+/// The `lz4` tool's reading of a file: frame after frame to the end of the input (lz4_flex's decoder ends at
+/// the end of a frame; a store's compressed segment is a frame per block).
+struct Lz4Frames(lz4_flex::frame::FrameDecoder<EofTrack>);
+
+impl Read for Lz4Frames {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let n = self.0.read(buf)?;
+            // 0 at the end of a frame: another may follow, unless the input has ended.
+            if n > 0 || self.0.get_mut().eof {
+                return Ok(n);
+            }
+        }
+    }
+}
+
+/// A reader that remembers whether it has reached the end of its input.
+struct EofTrack {
+    r: Box<dyn Read + Send>,
+    eof: bool,
+}
+
+impl Read for EofTrack {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.r.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.eof = true;
+        }
+        Ok(n)
     }
 }
 

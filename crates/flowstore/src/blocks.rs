@@ -1,0 +1,545 @@
+//! Compressed packet data (docs/format/segment.md, "Compressed data"): a segment's data file as a run of
+//! independently compressed blocks, each a standard frame (LZ4 or Zstandard), so that the file is also what
+//! `lz4 -d` or `zstd -d` turn back into the plain segment. Blocks end between flows where they can: a flow
+//! smaller than a block lies in one block, and a larger one in consecutive blocks, so that a flow is still one
+//! read and a needle decompresses only the blocks that hold its packets.
+//!
+//! The block directory (in the segment's index) gives each block's raw and stored length and the CRC-32C of
+//! both; a reader checks the stored bytes before it decompresses them and the raw bytes after, so damage is an
+//! error naming the block, never packets.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::Path;
+use std::str::FromStr;
+
+use crate::error::StoreError;
+
+/// How a segment's packet data is stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// As a pcap file (tcpdump and Wireshark open it as it is).
+    #[default]
+    None,
+    /// LZ4 blocks (lz4_flex): fast enough to compress at capture's rate.
+    Lz4,
+    /// Zstandard blocks at a level (1 to 22): smaller, for archives.
+    Zstd {
+        /// The compression level.
+        level: u8,
+    },
+}
+
+/// Zstandard's level when none is given (the `zstd` tool's default).
+pub const ZSTD_DEFAULT_LEVEL: u8 = 3;
+/// Raw bytes a block aims at when none is given.
+pub const DEFAULT_BLOCK_SIZE: usize = 64 << 10;
+/// The smallest block size taken.
+pub const MIN_BLOCK_SIZE: usize = 4 << 10;
+/// The largest block size taken: a block holds less than twice the size and one record, within an LZ4 frame's
+/// largest block (4 MiB).
+pub const MAX_BLOCK_SIZE: usize = 1 << 20;
+/// The most raw bytes a block may hold (an LZ4 frame's largest block).
+const MAX_RAW: usize = 4 << 20;
+/// Bytes of a block's directory entry.
+pub(crate) const ENTRY_BYTES: usize = 16;
+
+impl Codec {
+    /// Its code in a segment's stage 1 (0 none, 1 LZ4, 2 Zstandard).
+    pub(crate) fn id(self) -> u8 {
+        match self {
+            Codec::None => 0,
+            Codec::Lz4 => 1,
+            Codec::Zstd { .. } => 2,
+        }
+    }
+
+    /// The level byte of stage 1 (Zstandard's level, else 0).
+    pub(crate) fn level(self) -> u8 {
+        match self {
+            Codec::Zstd { level } => level,
+            _ => 0,
+        }
+    }
+
+    /// The codec of stage 1's codec and level bytes.
+    pub(crate) fn from_parts(id: u8, level: u8) -> Result<Codec, String> {
+        match (id, level) {
+            (0, 0) => Ok(Codec::None),
+            (1, 0) => Ok(Codec::Lz4),
+            (2, 1..=22) => Ok(Codec::Zstd { level }),
+            _ => Err(format!("codec {id} at level {level}")),
+        }
+    }
+
+    /// Whether data is stored in compressed blocks.
+    pub fn is_compressed(self) -> bool {
+        self != Codec::None
+    }
+
+    /// What the data file's name ends with after `.pcap`: the suffix of the tool that decompresses it.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Codec::None => "",
+            Codec::Lz4 => ".lz4",
+            Codec::Zstd { .. } => ".zst",
+        }
+    }
+}
+
+impl fmt::Display for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Codec::None => f.write_str("none"),
+            Codec::Lz4 => f.write_str("lz4"),
+            Codec::Zstd { level } => write!(f, "zstd:{level}"),
+        }
+    }
+}
+
+impl FromStr for Codec {
+    type Err = String;
+
+    /// `none`, `lz4`, `zstd` or `zstd:LEVEL` (1 to 22).
+    fn from_str(s: &str) -> Result<Codec, String> {
+        let bad = || format!("unknown compression {s:?}: use none, lz4, zstd or zstd:LEVEL (LEVEL 1 to 22)");
+        match s.split_once(':') {
+            None => match s {
+                "none" => Ok(Codec::None),
+                "lz4" => Ok(Codec::Lz4),
+                "zstd" => Ok(Codec::Zstd { level: ZSTD_DEFAULT_LEVEL }),
+                _ => Err(bad()),
+            },
+            Some(("zstd", level)) => match level.parse::<u8>() {
+                Ok(level @ 1..=22) => Ok(Codec::Zstd { level }),
+                _ => Err(format!("zstd level {level:?}: take 1 (fastest) to 22 (smallest)")),
+            },
+            Some(_) => Err(bad()),
+        }
+    }
+}
+
+/// A block of a compressed data file, as its directory entry gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockEntry {
+    /// Bytes it holds decompressed.
+    pub raw_len: u32,
+    /// Bytes it takes in the data file.
+    pub stored_len: u32,
+    /// CRC-32C of its stored bytes.
+    pub stored_crc: u32,
+    /// CRC-32C of its raw bytes.
+    pub raw_crc: u32,
+}
+
+/// The block directory of a compressed data file: each block's entry, and where it starts raw and stored.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockMap {
+    pub codec: Codec,
+    pub entries: Vec<BlockEntry>,
+    /// Where each block starts in the raw data, and the raw length last.
+    raw_at: Vec<u64>,
+    /// Where each block starts in the data file, and its length last.
+    stored_at: Vec<u64>,
+}
+
+impl BlockMap {
+    /// Reads a directory of `n` entries from `bytes` and checks it against the lengths stage 1 gives: `raw`
+    /// bytes decompressed, `stored` bytes in the data file.
+    pub(crate) fn decode(codec: Codec, bytes: &[u8], n: usize, raw: u64, stored: u64) -> Result<BlockMap, String> {
+        if bytes.len() != n.checked_mul(ENTRY_BYTES).ok_or("block count")? {
+            return Err(format!("a block directory of {} bytes for {n} blocks", bytes.len()));
+        }
+        let mut entries = Vec::with_capacity(n);
+        let (mut raw_at, mut stored_at) = (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
+        let (mut r, mut s) = (0u64, 0u64);
+        for (i, c) in bytes.chunks_exact(ENTRY_BYTES).enumerate() {
+            let le = |k: usize| u32::from_le_bytes([c[k], c[k + 1], c[k + 2], c[k + 3]]);
+            let e = BlockEntry { raw_len: le(0), stored_len: le(4), stored_crc: le(8), raw_crc: le(12) };
+            if e.raw_len == 0 || e.raw_len as usize > MAX_RAW || e.stored_len == 0 {
+                return Err(format!("block {i}: {} bytes raw, {} stored", e.raw_len, e.stored_len));
+            }
+            raw_at.push(r);
+            stored_at.push(s);
+            r += u64::from(e.raw_len);
+            s += u64::from(e.stored_len);
+            entries.push(e);
+        }
+        if (r, s) != (raw, stored) {
+            return Err(format!(
+                "the blocks hold {r} bytes raw in {s} stored, and the segment {raw} raw in a data file of {stored}"
+            ));
+        }
+        raw_at.push(r);
+        stored_at.push(s);
+        Ok(BlockMap { codec, entries, raw_at, stored_at })
+    }
+
+    /// The directory's bytes.
+    pub(crate) fn encode(entries: &[BlockEntry]) -> Vec<u8> {
+        let mut o = Vec::with_capacity(entries.len() * ENTRY_BYTES);
+        for e in entries {
+            for v in [e.raw_len, e.stored_len, e.stored_crc, e.raw_crc] {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        o
+    }
+
+    /// The blocks that hold the raw bytes `range` (empty for an empty range).
+    pub(crate) fn covering(&self, range: Range<u64>) -> Range<usize> {
+        if range.start >= range.end {
+            return 0..0;
+        }
+        // The last block starting at or before each end.
+        let first = self.raw_at.partition_point(|&a| a <= range.start).saturating_sub(1);
+        let last = self.raw_at.partition_point(|&a| a < range.end).saturating_sub(1);
+        first..(last + 1).min(self.entries.len())
+    }
+
+    /// Where block `b` lies in the raw data.
+    pub(crate) fn raw_range(&self, b: usize) -> Range<u64> {
+        self.raw_at[b]..self.raw_at[b + 1]
+    }
+
+    /// Where blocks `bs` lie in the data file.
+    pub(crate) fn stored_range(&self, bs: Range<usize>) -> Range<u64> {
+        self.stored_at[bs.start]..self.stored_at[bs.end]
+    }
+
+    /// Raw bytes in all.
+    pub(crate) fn raw_len(&self) -> u64 {
+        self.raw_at.last().copied().unwrap_or(0)
+    }
+
+    /// Checks block `b`'s stored bytes `stored` and decompresses them onto `out`, checking what comes out; the
+    /// errors name the data file `path`, the block and its bytes.
+    pub(crate) fn decompress(
+        &self,
+        path: &Path,
+        b: usize,
+        stored: &[u8],
+        out: &mut Vec<u8>,
+        z: &mut Zstd,
+    ) -> Result<(), StoreError> {
+        let e = self.entries[b];
+        let at = self.stored_at[b];
+        let bad = |why: String| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            offset: at,
+            why: format!("block {b} (bytes {at}..{}): {why}", at + u64::from(e.stored_len)),
+        };
+        let computed = crc32c::crc32c(stored);
+        if computed != e.stored_crc || stored.len() != e.stored_len as usize {
+            return Err(StoreError::BlockChecksum {
+                path: path.to_path_buf(),
+                block: b as u64,
+                start: at,
+                end: at + u64::from(e.stored_len),
+                stored: e.stored_crc,
+                computed,
+            });
+        }
+        let from = out.len();
+        out.resize(from + e.raw_len as usize, 0);
+        let dst = &mut out[from..];
+        match self.codec {
+            Codec::None => return Err(bad("a plain segment has no blocks".into())),
+            Codec::Lz4 => lz4_frame_decode(stored, dst).map_err(bad)?,
+            Codec::Zstd { .. } => z.decompress(stored, dst).map_err(bad)?,
+        }
+        if crc32c::crc32c(dst) != e.raw_crc {
+            return Err(bad("its decompressed bytes do not match their checksum".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A Zstandard context, made when first needed and kept for the next block.
+#[derive(Default)]
+pub(crate) struct Zstd {
+    c: Option<(u8, zstd::bulk::Compressor<'static>)>,
+    d: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl fmt::Debug for Zstd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Zstd").finish_non_exhaustive()
+    }
+}
+
+impl Zstd {
+    fn compress(&mut self, level: u8, raw: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+        if self.c.as_ref().is_none_or(|c| c.0 != level) {
+            self.c = Some((level, zstd::bulk::Compressor::new(i32::from(level))?));
+        }
+        let Some((_, c)) = &mut self.c else { unreachable!("made above") };
+        out.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        c.compress_to_buffer(raw, out)?;
+        Ok(())
+    }
+
+    fn decompress(&mut self, stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
+        if self.d.is_none() {
+            self.d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        let Some(d) = &mut self.d else { unreachable!("made above") };
+        // A frame must be whole and give exactly the block's bytes.
+        match zstd::zstd_safe::get_frame_content_size(stored) {
+            Ok(Some(n)) if n == dst.len() as u64 => {}
+            Ok(n) => return Err(format!("a Zstandard frame of {n:?} bytes for a block of {}", dst.len())),
+            Err(_) => return Err("not a Zstandard frame".into()),
+        }
+        let n = d.decompress_to_buffer(stored, dst).map_err(|e| format!("Zstandard: {e}"))?;
+        if n != dst.len() {
+            return Err(format!("{n} bytes decompressed, {} expected", dst.len()));
+        }
+        Ok(())
+    }
+}
+
+/// The LZ4 frame header of every block: LZ4's magic, then FLG (version 1, independent blocks, no checksums, no
+/// content size), BD (blocks of up to 4 MiB) and the header's checksum (the second byte of XXH32 of FLG and BD).
+const LZ4_HEADER: [u8; 7] = [0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73];
+/// The end mark of an LZ4 frame.
+const LZ4_END: [u8; 4] = [0; 4];
+/// An LZ4 frame's block size word: this bit set says the block is stored uncompressed.
+const LZ4_RAW_BIT: u32 = 1 << 31;
+
+/// Appends `raw` as one LZ4 frame of one block (uncompressed within the frame if LZ4 would not make it smaller).
+fn lz4_frame_encode(raw: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&LZ4_HEADER);
+    let size_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let from = out.len();
+    out.resize(from + lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+    let n = match lz4_flex::block::compress_into(raw, &mut out[from..]) {
+        Ok(n) if n < raw.len() => n,
+        _ => {
+            out.truncate(from);
+            out.extend_from_slice(raw);
+            out[size_at..size_at + 4].copy_from_slice(&(raw.len() as u32 | LZ4_RAW_BIT).to_le_bytes());
+            out.extend_from_slice(&LZ4_END);
+            return;
+        }
+    };
+    out.truncate(from + n);
+    out[size_at..size_at + 4].copy_from_slice(&(n as u32).to_le_bytes());
+    out.extend_from_slice(&LZ4_END);
+}
+
+/// Decodes a frame [`lz4_frame_encode`] wrote into `dst`, which it must fill exactly.
+fn lz4_frame_decode(stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
+    let body = stored
+        .strip_prefix(&LZ4_HEADER[..])
+        .and_then(|b| b.strip_suffix(&LZ4_END[..]))
+        .ok_or("not an LZ4 frame of pcaptool's")?;
+    let (word, data) = body.split_at_checked(4).ok_or("an LZ4 frame without a block")?;
+    let word = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+    if (word & !LZ4_RAW_BIT) as usize != data.len() {
+        return Err("an LZ4 block whose size is not its frame's".into());
+    }
+    if word & LZ4_RAW_BIT != 0 {
+        if data.len() != dst.len() {
+            return Err(format!("a stored LZ4 block of {} bytes for a block of {}", data.len(), dst.len()));
+        }
+        dst.copy_from_slice(data);
+        return Ok(());
+    }
+    match lz4_flex::block::decompress_into(data, dst) {
+        Ok(n) if n == dst.len() => Ok(()),
+        Ok(n) => Err(format!("{n} bytes decompressed, {} expected", dst.len())),
+        Err(e) => Err(format!("LZ4: {e}")),
+    }
+}
+
+/// Compresses `raw` as one block with `codec` onto `out`; returns its directory entry.
+pub(crate) fn compress(codec: Codec, raw: &[u8], out: &mut Vec<u8>, z: &mut Zstd) -> std::io::Result<BlockEntry> {
+    let from = out.len();
+    match codec {
+        Codec::None => out.extend_from_slice(raw),
+        Codec::Lz4 => lz4_frame_encode(raw, out),
+        Codec::Zstd { level } => z.compress(level, raw, out)?,
+    }
+    let stored = &out[from..];
+    Ok(BlockEntry {
+        raw_len: raw.len() as u32,
+        stored_len: stored.len() as u32,
+        stored_crc: crc32c::crc32c(stored),
+        raw_crc: crc32c::crc32c(raw),
+    })
+}
+
+/// Cuts a segment's raw data into blocks as it is written flow by flow: a block ends at the first end of a flow
+/// at or past the block size; a flow that grows past twice the block size alone is cut into block-sized pieces,
+/// and the flows before it close a block of their own.
+#[derive(Debug)]
+pub(crate) struct Blocker {
+    size: usize,
+    /// Raw bytes not yet in a block.
+    pub pending: Vec<u8>,
+    /// Where the current flow starts in `pending` (0 if it started in an earlier block).
+    flow_at: usize,
+}
+
+impl Blocker {
+    pub(crate) fn new(size: usize) -> Blocker {
+        Blocker { size, pending: Vec::with_capacity(2 * size + (64 << 10)), flow_at: 0 }
+    }
+
+    /// Adds raw bytes of the current flow; calls `emit` with each block completed.
+    pub(crate) fn put(
+        &mut self,
+        bytes: &[u8],
+        emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= 2 * self.size {
+            let mut from = 0;
+            if self.flow_at > 0 {
+                emit(&self.pending[..self.flow_at])?;
+                from = self.flow_at;
+            }
+            while self.pending.len() - from >= 2 * self.size {
+                emit(&self.pending[from..from + self.size])?;
+                from += self.size;
+            }
+            self.pending.drain(..from);
+            self.flow_at = 0;
+        }
+        Ok(())
+    }
+
+    /// Marks the end of a flow.
+    pub(crate) fn flow_end(&mut self, emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        if self.pending.len() >= self.size {
+            emit(&self.pending)?;
+            self.pending.clear();
+        }
+        self.flow_at = self.pending.len();
+        Ok(())
+    }
+
+    /// Emits what is left.
+    pub(crate) fn finish(&mut self, emit: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            emit(&self.pending)?;
+            self.pending.clear();
+        }
+        self.flow_at = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn codecs_parse_and_print() {
+        for (s, c) in [
+            ("none", Codec::None),
+            ("lz4", Codec::Lz4),
+            ("zstd", Codec::Zstd { level: 3 }),
+            ("zstd:19", Codec::Zstd { level: 19 }),
+        ] {
+            assert_eq!(s.parse::<Codec>(), Ok(c));
+            assert_eq!(Codec::from_parts(c.id(), c.level()), Ok(c));
+        }
+        assert_eq!(Codec::Zstd { level: 9 }.to_string(), "zstd:9");
+        for bad in ["zstd:0", "zstd:23", "zstd:x", "gzip", "lz4:1", ""] {
+            assert!(bad.parse::<Codec>().is_err(), "{bad}");
+        }
+        assert!(Codec::from_parts(1, 3).is_err());
+        assert!(Codec::from_parts(3, 0).is_err());
+    }
+
+    /// The LZ4 header is what lz4_flex's frame encoder writes for these settings, and a block frame decodes
+    /// with lz4_flex's frame decoder (as with the `lz4` tool).
+    #[test]
+    fn lz4_frames_are_standard() {
+        use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInfo};
+        use std::io::{Read, Write};
+        let info = FrameInfo::new().block_size(BlockSize::Max4MB).block_mode(BlockMode::Independent);
+        let mut enc = FrameEncoder::with_frame_info(info, Vec::new());
+        enc.write_all(b"x").unwrap();
+        let framed = enc.finish().unwrap();
+        assert_eq!(framed[..7], LZ4_HEADER);
+        let raw: Vec<u8> = (0..100_000u32).map(|i| (i % 251 / 7) as u8).collect();
+        let random: Vec<u8> = (0..5000u64).map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8).collect();
+        // (lz4_flex's decoder reads one frame; the `lz4` tool reads a file of them: tests/compress.rs.)
+        for data in [raw, random] {
+            let mut frame = Vec::new();
+            lz4_frame_encode(&data, &mut frame);
+            let mut back = Vec::new();
+            FrameDecoder::new(&frame[..]).read_to_end(&mut back).unwrap();
+            assert!(back == data);
+        }
+    }
+
+    fn roundtrip(codec: Codec, raw: &[u8]) {
+        let mut z = Zstd::default();
+        let mut stored = Vec::new();
+        let e = compress(codec, raw, &mut stored, &mut z).unwrap();
+        let map = BlockMap::decode(codec, &BlockMap::encode(&[e]), 1, raw.len() as u64, stored.len() as u64).unwrap();
+        let mut out = Vec::new();
+        map.decompress(Path::new("d"), 0, &stored, &mut out, &mut z).unwrap();
+        assert_eq!(out, raw);
+        // Every flipped byte of the stored block is caught by its checksum, never decompressed.
+        for at in [0, stored.len() / 2, stored.len() - 1] {
+            let mut bad = stored.clone();
+            bad[at] ^= 1;
+            let r = map.decompress(Path::new("d"), 0, &bad, &mut Vec::new(), &mut z);
+            assert!(matches!(r, Err(StoreError::BlockChecksum { block: 0, .. })), "{at}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn blocks_round_trip_and_catch_damage() {
+        let text: Vec<u8> = (0..70_000u32).map(|i| b"GET /index.html HTTP/1.1\r\n"[i as usize % 26]).collect();
+        for codec in [Codec::Lz4, Codec::Zstd { level: 1 }, Codec::Zstd { level: 19 }] {
+            roundtrip(codec, &text);
+            roundtrip(codec, &[7]);
+        }
+    }
+
+    proptest! {
+        /// Blocks cover the data in order; a block ends at a flow's end unless it is a piece of a flow longer than
+        /// twice the block size; a flow that fits in a block is in one block.
+        #[test]
+        fn blocks_keep_flows_together(flows in proptest::collection::vec(1usize..20_000, 1..60), size in 4096usize..9000) {
+            let mut b = Blocker::new(size);
+            let mut blocks: Vec<Vec<u8>> = Vec::new();
+            let mut data = Vec::new();
+            let mut ends = vec![0usize];
+            for (i, &len) in flows.iter().enumerate() {
+                let bytes: Vec<u8> = (0..len).map(|k| (i * 31 + k) as u8).collect();
+                for piece in bytes.chunks(1500) {
+                    b.put(piece, &mut |blk| { blocks.push(blk.to_vec()); Ok(()) }).unwrap();
+                }
+                b.flow_end(&mut |blk| { blocks.push(blk.to_vec()); Ok(()) }).unwrap();
+                data.extend_from_slice(&bytes);
+                ends.push(data.len());
+            }
+            b.finish(&mut |blk| { blocks.push(blk.to_vec()); Ok(()) }).unwrap();
+            prop_assert_eq!(blocks.concat(), data.clone());
+            let mut at = 0;
+            let mut starts = Vec::new();
+            for blk in &blocks {
+                prop_assert!(!blk.is_empty() && blk.len() < 3 * size + 1500);
+                starts.push(at);
+                at += blk.len();
+            }
+            starts.push(at);
+            for w in ends.windows(2) {
+                let (from, to) = (w[0], w[1]);
+                let first = starts.partition_point(|&s| s <= from) - 1;
+                let last = starts.partition_point(|&s| s < to) - 1;
+                if to - from <= size {
+                    prop_assert_eq!(first, last, "a flow of {} bytes in blocks {}..={}", to - from, first, last);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Recompression of closed segments (`pcaptool compact`): each segment's data rewritten with another codec (or
+//! back to plain pcap), atomically per segment, beside readers.
+//!
+//! A segment is rewritten as a new generation: its new data file (`seg-N.G.pcap.zst`) is written and synced under
+//! a temporary name and renamed into place, then its new index (which names the new data file) replaces the old
+//! one by a rename, and only then is the old data file removed. A reader that opened the segment before keeps
+//! reading its old files; one that opens it after sees the new ones; one that read the old index just before the
+//! old data file went finds it gone and reads the index again (`Store::open`). A crash at any point leaves
+//! either version whole: a new data file without the index naming it, or an old one beside the new index, is
+//! removed by the next writer.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::blocks::{Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use crate::codec::seal;
+use crate::dataout::DataOut;
+use crate::error::StoreError;
+use crate::format::{data_file_name, segment_paths};
+use crate::segment::Segment;
+use crate::store::Store;
+use crate::sums::BLOCK_LOG2;
+use crate::writer::{Sink, write_index};
+
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CompactStats {
+    /// Segments rewritten.
+    pub rewritten: u32,
+    /// Segments already stored with the codec asked for, left as they are.
+    pub kept: u32,
+    /// Segments of a format before version 6, left as they are (version 6 is version 7's stage 2: its segments
+    /// are rewritten as version 7).
+    pub old_format: u32,
+    /// Raw bytes of the segments rewritten.
+    pub raw_bytes: u64,
+    /// Their data files' bytes before and after.
+    pub before: u64,
+    /// See `before`.
+    pub after: u64,
+}
+
+impl Store {
+    /// Rewrites the data of every segment not stored with `codec` (in blocks of about `block_size` raw bytes),
+    /// one segment at a time, each atomically (see the module documentation); `progress` gets the raw bytes of
+    /// the segments done so far. Every block read is checked first: a damaged segment stops the compaction with
+    /// its error, the segments done before it rewritten. Needs the store open for writing.
+    pub fn compact(
+        &mut self,
+        codec: Codec,
+        block_size: usize,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<CompactStats, StoreError> {
+        self.writable()?;
+        let block_size = block_size.clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        let mut st = CompactStats::default();
+        let mut done = 0u64;
+        for i in 0..self.segments.len() {
+            let seg = &self.segments[i];
+            let s1 = &seg.stage1;
+            done += s1.bytes;
+            if s1.version < 6 {
+                st.old_format += 1;
+            } else if s1.codec == codec {
+                st.kept += 1;
+            } else {
+                let new = recompress(&self.dir, seg, codec, block_size)?;
+                st.rewritten += 1;
+                st.raw_bytes += s1.bytes;
+                st.before += s1.stored_bytes;
+                st.after += new.stage1.stored_bytes;
+                self.segments[i] = new;
+            }
+            progress(done);
+        }
+        Ok(st)
+    }
+}
+
+/// `path` with `.tmp` after its name.
+fn tmp_of(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Writes segment `seg` (of `dir`) again with `codec` as its next generation, and returns it opened.
+fn recompress(dir: &Path, seg: &Segment, codec: Codec, block_size: usize) -> Result<Segment, StoreError> {
+    let s1 = &seg.stage1;
+    let raw = seg.read_all()?;
+    let raw = raw.bytes();
+    let s2 = seg.stage2()?;
+    let entries = s2.check_all()?;
+    let generation = s1.generation.checked_add(1).ok_or_else(|| StoreError::Corrupt {
+        path: seg.index.clone(),
+        offset: 0,
+        why: "recompressed 2^32 times".into(),
+    })?;
+    let data_path = dir.join(data_file_name(s1.number, generation, codec));
+    let index_path = segment_paths(dir, s1.number).1;
+    let (data_tmp, index_tmp) = (tmp_of(&data_path), tmp_of(&index_path));
+    let result =
+        (|| {
+            // The raw data as the writer lays it out: the pcap header, then each slot's packets, a block boundary
+            // allowed after each.
+            let io = |e| StoreError::io(&data_tmp, e);
+            let mut w = Sink::new(DataOut::create(&data_tmp, Vec::new()).map_err(io)?, codec, block_size, Vec::new());
+            let mut at = 24usize;
+            w.put(raw.get(..24).unwrap_or_default()).map_err(io)?;
+            for e in &entries {
+                let span = usize::try_from(e.data_offset)
+                    .ok()
+                    .filter(|&from| from == at)
+                    .and_then(|from| raw.get(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
+                    .ok_or_else(|| StoreError::Corrupt {
+                        path: seg.data.clone(),
+                        offset: e.data_offset,
+                        why: format!("flow {} does not follow the flow before it in the data", e.flow.id),
+                    })?;
+                w.put(span).map_err(io)?;
+                w.flow_end().map_err(io)?;
+                at += span.len();
+            }
+            if at != raw.len() {
+                return Err(StoreError::Corrupt {
+                    path: seg.data.clone(),
+                    offset: at as u64,
+                    why: format!("the flows end at byte {at} of {}", raw.len()),
+                });
+            }
+            let (_, map) = w.finish().map_err(io)?;
+            let (part, n_blocks, stored_bytes) = map.into_part_of(raw.len() as u64).map_err(|_| {
+                StoreError::Corrupt { path: seg.data.clone(), offset: 0, why: "more than 2^32 blocks".into() }
+            })?;
+            let mut stage1 = s1.clone();
+            stage1.version = crate::format::VERSION;
+            stage1.codec = codec;
+            stage1.generation = generation;
+            stage1.n_blocks = n_blocks;
+            stage1.stored_bytes = stored_bytes;
+            stage1.block_log2 = BLOCK_LOG2;
+            stage1.sums_crc = crc32fast::hash(&part);
+            let mut body = stage1.encode();
+            seal(&mut body);
+            // Stage 2 and the positions are the same: their offsets are in the raw data.
+            let mut rest = vec![0u8; usize::try_from(s1.stage2_len + s1.positions_len).unwrap_or(0)];
+            use std::os::unix::fs::FileExt;
+            let f = File::open(&seg.index).map_err(|e| StoreError::io(&seg.index, e))?;
+            f.read_exact_at(&mut rest, s1.stage2_at).map_err(|e| StoreError::io(&seg.index, e))?;
+            write_index(&index_tmp, Vec::new(), &[&body, &rest, &[], &part])?;
+            Ok(())
+        })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&data_tmp);
+        let _ = std::fs::remove_file(&index_tmp);
+        return Err(e);
+    }
+    // The new data file, then the index that names it (the switch), then the old data file goes.
+    std::fs::rename(&data_tmp, &data_path).map_err(|e| StoreError::io(&data_path, e))?;
+    sync_dir(dir);
+    std::fs::rename(&index_tmp, &index_path).map_err(|e| StoreError::io(&index_path, e))?;
+    sync_dir(dir);
+    std::fs::remove_file(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
+    sync_dir(dir);
+    Segment::open(index_path)
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}

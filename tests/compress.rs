@@ -1,0 +1,328 @@
+//! Compressed stores (`import --compress lz4|zstd[:LEVEL] --block-size N`): every query answers byte for byte as
+//! on a plain store of the same traces (both codecs, several block sizes), on a generated trace, testdata/ and a
+//! sample of the corpus (../shared/corpus, real captures from public projects; skipped with a message when
+//! absent); a segment's data file is what `zstd -d`, `lz4 -d` and `pcaptool convert` turn back into the plain
+//! segment; a damaged block is an error naming the segment's file and the block, never packets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
+
+fn pcaptool(args: &[&str]) -> Output {
+    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn err(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn gen_trace(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// The compressed forms tested: codec and block size.
+const FORMS: [(&str, &str); 4] = [("lz4", "4K"), ("lz4", "64K"), ("zstd:1", "16K"), ("zstd:19", "4K")];
+
+/// Imports `traces` into a new store `dir` with `extra` options; small segments, so that flows span several.
+fn import(traces: &[&Path], dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["import"];
+    args.extend(traces.iter().map(|t| p(t)));
+    args.extend(["--store", p(dir), "--segment-size", "96K", "--allow-duplicates"]);
+    args.extend(extra);
+    pcaptool(&args)
+}
+
+/// The bytes `pcaptool query STORE FILTER` writes (pcapng when the store holds several kinds of packet).
+fn answer(store: &Path, args: &[&str], out: &Path) -> Result<Vec<u8>, String> {
+    let mut a = vec!["query", p(store)];
+    a.extend(args);
+    a.extend(["-w", p(out), "--format", "pcapng"]);
+    let o = pcaptool(&a);
+    if !o.status.success() {
+        return Err(err(&o));
+    }
+    Ok(std::fs::read(out).unwrap())
+}
+
+/// Every filter of a sample of the table, flow lookups and flow listings answer byte for byte on compressed stores
+/// as on the plain store.
+#[test]
+fn compressed_stores_answer_byte_for_byte_as_plain_ones() {
+    let tmp = TempDir::new("compress-diff");
+    let trace = gen_trace(&tmp, "gen.pcap", 30_000, 11);
+    let mut testdata: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
+        .expect("testdata/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+        .collect();
+    testdata.sort();
+    let mut sets: Vec<(String, Vec<PathBuf>, Vec<String>)> = Vec::new();
+    let table = pcaptool_tests::filter_table();
+    let mut filters: Vec<String> = vec![String::new()];
+    filters.extend(table.iter().step_by(6).cloned());
+    sets.push(("generated".into(), vec![trace], filters));
+    let few: Vec<String> = ["", "tcp", "udp port 53", "ip6", "arp or icmp", "tcp[tcpflags] & tcp-syn != 0"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    sets.push(("testdata".into(), testdata, few.clone()));
+    match corpus_dir() {
+        Some(c) => {
+            let sample: Vec<PathBuf> = corpus_files(&c).iter().step_by(25).map(|f| c.join(f)).collect();
+            sets.push(("corpus".into(), sample, few));
+        }
+        None => println!("../shared/corpus is absent: compressed stores are tested on generated traces and testdata/"),
+    }
+    let mut compared = 0;
+    for (name, traces, filters) in &sets {
+        // Corpus traces that cannot be read are left out (the store refuses them alike, plain or compressed).
+        let traces: Vec<&Path> = traces
+            .iter()
+            .map(PathBuf::as_path)
+            .filter(|t| import(&[t], &tmp.join("probe"), &[]).status.success())
+            .collect();
+        let _ = std::fs::remove_dir_all(tmp.join("probe"));
+        let plain = tmp.join(&format!("{name}-plain"));
+        let o = import(&traces, &plain, &[]);
+        assert!(o.status.success(), "{name}: {}", err(&o));
+        let flows = pcaptool(&["flows", p(&plain), "--json"]);
+        assert!(flows.status.success(), "{}", err(&flows));
+        let ids: Vec<u64> = String::from_utf8_lossy(&flows.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["id"].as_u64())
+            .collect();
+        let mut queries: Vec<Vec<String>> = filters.iter().map(|f| vec![f.clone()]).collect();
+        queries.extend(ids.iter().step_by(ids.len() / 7 + 1).map(|id| vec!["--flow".into(), id.to_string()]));
+        let want: Vec<Result<Vec<u8>, String>> = queries
+            .iter()
+            .enumerate()
+            .map(|(k, q)| {
+                let q: Vec<&str> = q.iter().map(String::as_str).collect();
+                answer(&plain, &q, &tmp.join(&format!("{name}-{k}-plain.pcapng")))
+            })
+            .collect();
+        for (codec, block) in FORMS {
+            let dir = tmp.join(&format!("{name}-{}-{block}", codec.replace(':', "")));
+            let o = import(&traces, &dir, &["--compress", codec, "--block-size", block]);
+            assert!(o.status.success(), "{name} {codec}: {}", err(&o));
+            let ext = if codec == "lz4" { ".pcap.lz4" } else { ".pcap.zst" };
+            let data: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
+            assert!(data.iter().any(|e| e.file_name().to_string_lossy().ends_with(ext)), "{codec}: {ext} files");
+            assert!(!data.iter().any(|e| e.file_name().to_string_lossy().ends_with(".pcap")), "{codec}: plain files");
+            for (k, (q, want)) in queries.iter().zip(&want).enumerate() {
+                let qs: Vec<&str> = q.iter().map(String::as_str).collect();
+                let got = answer(&dir, &qs, &tmp.join(&format!("{name}-{k}.pcapng")));
+                match (want, &got) {
+                    (Ok(a), Ok(b)) => assert!(a == b, "{name} {codec} {block}: {q:?}: not the plain store's bytes"),
+                    (Err(_), Err(_)) => {}
+                    _ => panic!("{name} {codec} {block}: {q:?}: plain {want:?}, compressed {got:?}"),
+                }
+                compared += 1;
+            }
+            let f = pcaptool(&["flows", p(&dir), "--json"]);
+            assert_eq!(f.stdout, flows.stdout, "{name} {codec} {block}: flows");
+            let v = pcaptool(&["verify", p(&dir)]);
+            assert!(v.status.success(), "{name} {codec}: verify: {}", err(&v));
+            let info = pcaptool(&["info", p(&dir), "--json"]);
+            let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+            let (raw, stored) = (info["data_bytes"].as_u64().unwrap(), info["stored_bytes"].as_u64().unwrap());
+            assert!(stored > 0 && raw > 0, "{info}");
+            assert_eq!(info["codecs"].as_object().unwrap().keys().collect::<Vec<_>>(), [codec]);
+        }
+    }
+    println!("compressed stores: {compared} answers byte-identical to the plain store's ({} forms)", FORMS.len());
+    assert!(compared > 100);
+}
+
+/// A compressed segment's data file is a run of standard frames: `zstd -d` and `lz4 -d` turn it back into the
+/// plain segment's pcap file, byte for byte, and so does `pcaptool convert`.
+#[test]
+fn segments_decompress_to_the_plain_segment_with_standard_tools() {
+    let tmp = TempDir::new("compress-tools");
+    let trace = gen_trace(&tmp, "gen.pcap", 12_000, 5);
+    let plain = tmp.join("plain");
+    assert!(import(&[&trace], &plain, &[]).status.success());
+    let mut segments: Vec<String> = std::fs::read_dir(&plain)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pcap"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() > 3, "{segments:?}");
+    let mut checked = 0;
+    for (codec, ext, tool_name) in [("lz4", "lz4", "lz4"), ("zstd:9", "zst", "zstd")] {
+        let dir = tmp.join(ext);
+        let o = import(&[&trace], &dir, &["--compress", codec, "--block-size", "8K"]);
+        assert!(o.status.success(), "{}", err(&o));
+        let external = tool(tool_name);
+        if external.is_none() {
+            println!("{tool_name} is not installed: its check of the {codec} segments is skipped (CI installs it)");
+        }
+        for seg in &segments {
+            let want = std::fs::read(plain.join(seg)).unwrap();
+            let data = dir.join(format!("{seg}.{ext}"));
+            let stored = std::fs::metadata(&data).unwrap().len();
+            assert!(stored < want.len() as u64, "{seg}: {stored} bytes compressed of {}", want.len());
+            let out = tmp.join("converted.pcap");
+            let o = pcaptool(&["convert", p(&data), p(&out)]);
+            assert!(o.status.success(), "{}", err(&o));
+            assert!(std::fs::read(&out).unwrap() == want, "{seg}: pcaptool convert");
+            if let Some(t) = &external {
+                let o = Command::new(t).args(["-d", "-c", "-q"]).arg(&data).output().unwrap();
+                assert!(o.status.success(), "{tool_name}: {}", err(&o));
+                assert!(o.stdout == want, "{seg}: {tool_name} -d");
+            }
+            checked += 1;
+        }
+    }
+    println!("compressed segments: {checked} decompress to their plain segment's bytes");
+}
+
+/// A flipped byte in a compressed block, a cut data file or a damaged block directory is an error naming the file
+/// and the block; `--skip-damaged` answers from the other segments; `verify` reports it; no packet of a damaged
+/// block is ever written.
+#[test]
+fn damaged_blocks_are_errors_naming_the_block() {
+    let tmp = TempDir::new("compress-damage");
+    let trace = gen_trace(&tmp, "gen.pcap", 10_000, 9);
+    for (codec, ext) in [("lz4", "lz4"), ("zstd", "zst")] {
+        let dir = tmp.join(ext);
+        let o = import(&[&trace], &dir, &["--compress", codec, "--block-size", "4K"]);
+        assert!(o.status.success(), "{}", err(&o));
+        let out = tmp.join("out.pcapng");
+        let whole = answer(&dir, &[""], &out).unwrap();
+        let name = format!("seg-000001.pcap.{ext}");
+        let data = dir.join(&name);
+        let good = std::fs::read(&data).unwrap();
+        for at in [10, good.len() / 2, good.len() - 3] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x20;
+            std::fs::write(&data, &bad).unwrap();
+            let _ = std::fs::remove_file(&out);
+            let o = pcaptool(&["query", p(&dir), "", "-w", p(&out)]);
+            assert_eq!(o.status.code(), Some(1), "{codec} byte {at}: {}", err(&o));
+            let e = err(&o);
+            assert!(e.contains(&name) && e.contains("damaged in block") && e.contains("checksum"), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+            let o = pcaptool(&["verify", p(&dir)]);
+            assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+            assert!(String::from_utf8_lossy(&o.stdout).contains("block"), "{}", String::from_utf8_lossy(&o.stdout));
+            let o = pcaptool(&["query", p(&dir), "", "-w", p(&out), "--skip-damaged", "--format", "pcapng"]);
+            assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+            let partial = std::fs::read(&out).unwrap();
+            assert!(partial.len() < whole.len(), "the damaged segment is left out");
+        }
+        // Cut short: the file's length disagrees with its index.
+        std::fs::write(&data, &good[..good.len() - 1]).unwrap();
+        let o = pcaptool(&["query", p(&dir), "", "-w", p(&out)]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(err(&o).contains(&name), "{}", err(&o));
+        std::fs::write(&data, &good).unwrap();
+        assert!(answer(&dir, &[""], &out).unwrap() == whole, "restored");
+        // The block directory (the index's last part) damaged: its checksum.
+        let index = dir.join("seg-000001.ptsx");
+        let mut ix = std::fs::read(&index).unwrap();
+        let n = ix.len();
+        ix[n - 5] ^= 1;
+        std::fs::write(&index, &ix).unwrap();
+        let o = pcaptool(&["query", p(&dir), "", "-w", p(&out)]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(err(&o).contains("seg-000001.ptsx") && err(&o).contains("checksum"), "{}", err(&o));
+    }
+}
+
+/// The data files of each segment of `dir`, by segment number.
+fn data_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut m: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if name.starts_with("seg-") && !name.ends_with(".ptsx") {
+            m.entry(name[4..10].to_string()).or_default().push(name);
+        }
+    }
+    m
+}
+
+/// `compact` rewrites segments one at a time, each atomically: queries run beside it answer exactly as before it,
+/// and a `kill -9` at any moment leaves a store that answers exactly as before; the next writer removes what the
+/// killed one left, and the data of every segment is in one file again.
+#[test]
+fn compaction_is_atomic_beside_readers_and_when_killed() {
+    let tmp = TempDir::new("compress-compact");
+    let trace = gen_trace(&tmp, "gen.pcap", 40_000, 21);
+    let dir = tmp.join("store");
+    assert!(import(&[&trace], &dir, &[]).status.success());
+    let segments = data_files(&dir).len();
+    assert!(segments > 20, "{segments} segments");
+    let out = tmp.join("out.pcapng");
+    let want = answer(&dir, &[""], &out).unwrap();
+    let want_tcp = answer(&dir, &["tcp"], &out).unwrap();
+    assert!(want_tcp.len() < want.len());
+
+    // Beside readers: every answer while it runs is the store's answer.
+    let mut child = Command::new(pcaptool_bin())
+        .args(["compact", p(&dir), "--compress", "zstd:19", "--block-size", "4K"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut during = 0;
+    loop {
+        let finished = child.try_wait().unwrap().is_some();
+        for (k, (args, want)) in [(&[""][..], &want), (&["tcp"][..], &want_tcp)].into_iter().enumerate() {
+            let got = answer(&dir, args, &tmp.join(&format!("during{k}.pcapng")));
+            assert!(got.as_ref() == Ok(want), "a query beside compact: {:?}", got.err());
+        }
+        if finished {
+            break;
+        }
+        during += 1;
+    }
+    assert!(child.wait().unwrap().success());
+    println!("compact: {during} rounds of queries ran beside it, each answered exactly");
+    let files = data_files(&dir);
+    assert!(files.values().all(|v| v.len() == 1 && v[0].ends_with(".1.pcap.zst")), "{files:?}");
+    assert!(pcaptool(&["verify", p(&dir)]).status.success());
+
+    // Killed at moments spread over its run, alternating codecs.
+    let mut left_behind = 0;
+    for (round, delay) in [3u64, 15, 40, 90, 150, 250, 400, 700].into_iter().enumerate() {
+        let codec = ["lz4", "zstd:3", "none"][round % 3];
+        let mut child = Command::new(pcaptool_bin())
+            .args(["compact", p(&dir), "--compress", codec, "--block-size", "8K"])
+            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        // A reader answers exactly, whatever was left.
+        assert!(answer(&dir, &[""], &out).unwrap() == want, "after a kill at {delay} ms");
+        let files = data_files(&dir);
+        let tmp_files = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"));
+        if files.values().any(|v| v.len() > 1) || tmp_files.count() > 0 {
+            left_behind += 1;
+        }
+        // The next writer finishes the job and leaves one data file per segment.
+        let o = pcaptool(&["compact", p(&dir), "--compress", codec, "--block-size", "8K"]);
+        assert!(o.status.success(), "{}", err(&o));
+        let files = data_files(&dir);
+        assert_eq!(files.len(), segments);
+        assert!(files.values().all(|v| v.len() == 1), "{files:?}");
+        assert!(answer(&dir, &[""], &out).unwrap() == want, "after the next compact ({codec})");
+        assert!(answer(&dir, &["tcp"], &out).unwrap() == want_tcp);
+        assert!(pcaptool(&["verify", p(&dir)]).status.success());
+    }
+    println!("compact killed 8 times: {left_behind} left files for the next writer, every answer exact");
+}
