@@ -18,6 +18,7 @@ fn replay_fuzz_regressions() {
         ("index_from_bytes", pcaptool_index::fuzz_harness::from_bytes),
         ("segment_from_bytes", pcaptool_flowstore::fuzz_harness::segment_from_bytes),
         ("store_from_bytes", pcaptool_flowstore::fuzz_harness::store_from_bytes),
+        ("block_reader", pcaptool_flowstore::fuzz_harness::block_reader),
     ] {
         let dir = repo_root().join("fuzz/regressions").join(target);
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {

@@ -418,6 +418,15 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     {
         std::fs::write(store.join(format!("s{i}")), seed)?;
     }
+    // The compressed block reader: a mode byte (codec, resealed checksums, a cut), then edits of the data file.
+    let blocks = dir.join("block_reader");
+    std::fs::create_dir_all(&blocks)?;
+    for (i, seed) in [&[0u8][..], &[1], &[2, 0x40, 0, 0, 0, 0x01], &[3, 0x00, 0x02, 0, 0, 0x80], &[5, 0x00, 0x10, 0, 0]]
+        .iter()
+        .enumerate()
+    {
+        std::fs::write(blocks.join(format!("s{i}")), seed)?;
+    }
     // Capture ring blocks as the kernel lays them out.
     let ring = dir.join("ring_block");
     std::fs::create_dir_all(&ring)?;
