@@ -194,6 +194,22 @@ fn captured_packets_come_back_byte_for_byte() {
     assert_eq!(s["pcaptool_drops"].as_u64(), Some(0));
     assert_eq!(s["interfaces"][0]["name"].as_str(), Some(pair.vb.as_str()));
     println!("capture: {} packets sent and stored byte for byte ({s})", sent.len());
+    // Compressed as it captures (LZ4, small segments and blocks): the same packets.
+    let lz4 = tmp.join("store-lz4");
+    let s = capture_all(
+        &pair,
+        &trace,
+        sent.len(),
+        &lz4,
+        &["--compress", "lz4", "--block-size", "8K", "--segment-size", "256K"],
+    );
+    assert_eq!(s["pcaptool_drops"].as_u64(), Some(0));
+    let files: Vec<String> =
+        std::fs::read_dir(&lz4).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(files.iter().filter(|f| f.ends_with(".pcap.lz4")).count() > 1, "{files:?}");
+    let got: Vec<Vec<u8>> = stored(&lz4, &tmp).into_iter().map(|(_, d)| d).collect();
+    assert!(got == sent, "the compressed capture's packets are those sent");
+    println!("capture --compress lz4: {} packets stored byte for byte", sent.len());
 }
 
 /// A query during capture sees what was flushed; SIGINT flushes, closes the segment and prints a summary.

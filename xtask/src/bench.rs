@@ -136,7 +136,8 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 only = Some(
                     it.next()
                         .context(
-                            "--only needs walk, commands, query, index, store, export, serve, capture or pipeline",
+                            "--only needs walk, commands, query, index, store, compress, export, serve, capture or \
+                             pipeline",
                         )?
                         .clone(),
                 )
@@ -155,6 +156,16 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 store_section(t)?;
             }
         }
+        if only.is_some() {
+            return Ok(());
+        }
+    }
+    if matches!(only.as_deref(), None | Some("compress")) {
+        let traces = [Some(BenchTrace::generated(packets)?), BenchTrace::real()?];
+        for t in traces.iter().flatten() {
+            compress_section(t)?;
+        }
+        crate::capbench::compressed_pipeline(&root().join("target/bench"))?;
         if only.is_some() {
             return Ok(());
         }
@@ -760,6 +771,120 @@ print(json.dumps(out))
     if !same {
         bail!("DuckDB's bytes per destination port per hour over the packet rows differ from the trace scan's");
     }
+    Ok(())
+}
+
+/// Compressed stores against the plain store of a bench trace: import rate, size (beside `lz4` and `zstd -T2` of
+/// the whole trace), and the time of a `--flow` lookup and of the two needles, each a new process.
+fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
+    use pcaptool_flowstore::Store;
+    use pcaptool_packet::Need;
+    let dir = root().join("target/bench");
+    let trace = &t.path;
+    let bin = build_pcaptool()?;
+    let trace_bytes = std::fs::metadata(trace)?.len();
+    warm(trace)?;
+    println!(
+        "compressed store, {} trace: {} ({} packets, {:.2} GB, page-cached)",
+        t.label,
+        trace.display(),
+        t.packets,
+        trace_bytes as f64 / 1e9
+    );
+    println!();
+    let stem = trace.file_stem().and_then(|s| s.to_str()).unwrap_or("trace");
+    let forms = [("plain", "none"), ("lz4", "lz4"), ("zstd", "zstd")];
+    let mut imports = Vec::new();
+    let mut sizes = Vec::new();
+    for (name, codec) in forms {
+        let d = dir.join(format!("store-{stem}-{name}"));
+        let _ = std::fs::remove_dir_all(&d);
+        let took = command_time(
+            1,
+            Command::new(&bin).arg("import").arg(trace).arg("--store").arg(&d).args(["--compress", codec]),
+        )?;
+        let store = Store::open(&d)?;
+        let stored: u64 = store.segments().iter().map(|s| s.stage1.stored_bytes + s.stage1.index_bytes()).sum();
+        imports.push(took.as_secs_f64());
+        sizes.push(stored);
+    }
+    let external = |tool: &str, args: &[&str]| -> anyhow::Result<(f64, u64)> {
+        let t0 = Instant::now();
+        let out = Command::new(tool).args(args).arg(trace).stderr(Stdio::null()).output()?;
+        anyhow::ensure!(out.status.success(), "{tool} failed");
+        Ok((t0.elapsed().as_secs_f64(), out.stdout.len() as u64))
+    };
+    let lz4 = external("lz4", &["-c"]).ok();
+    let zstd = external("zstd", &["-T2", "-3", "-c"]).ok();
+    println!("| measure | plain store | lz4 store | zstd store | goal |");
+    println!("|---|---|---|---|---|");
+    let rate = |secs: f64| trace_bytes as f64 / secs / 1e6;
+    println!(
+        "| import: s (MB/s of trace) | {:.2} ({:.0}) | {:.2} ({:.0}): {:.0}% of plain | {:.2} ({:.0}): {:.0}% of plain | lz4 ≥ 90% of plain |",
+        imports[0],
+        rate(imports[0]),
+        imports[1],
+        rate(imports[1]),
+        100.0 * imports[0] / imports[1],
+        imports[2],
+        rate(imports[2]),
+        100.0 * imports[0] / imports[2],
+    );
+    let part = |b: u64| b as f64 / trace_bytes as f64;
+    println!(
+        "| store on disk (data and index) / trace | {:.3} | {:.3} | {:.3} | lz4 ≤ 0.6, zstd ≤ 0.45 |",
+        part(sizes[0]),
+        part(sizes[1]),
+        part(sizes[2])
+    );
+    let ext =
+        |x: Option<(f64, u64)>| x.map_or("(not installed)".to_string(), |(t, b)| format!("{:.3} in {t:.2} s", part(b)));
+    println!(
+        "| the whole trace compressed (not queryable) / trace | | `lz4`: {} | `zstd -T2 -3`: {} | (the floor) |",
+        ext(lz4),
+        ext(zstd)
+    );
+    // One connection of about 1000 packets, and the two needles, each a new process, best of 5.
+    let plain = Store::open(&dir.join(format!("store-{stem}-plain")))?;
+    let flows = plain.flows(&Need::All)?;
+    let flow = flows
+        .iter()
+        .filter(|f| f.key.proto.0 == 6)
+        .min_by_key(|f| (f.orig.packets + f.resp.packets).abs_diff(1000))
+        .context("a TCP flow")?;
+    let n = flow.orig.packets + flow.resp.packets;
+    let id = flow.id.to_string();
+    let mut rows: Vec<(String, Vec<String>)> =
+        vec![(format!("one {n}-packet connection (`--flow {id}`)"), vec!["--flow".into(), id.clone()])];
+    for needle in &t.needles {
+        rows.push((format!("needle `{needle}`"), vec![needle.clone()]));
+    }
+    for (what, args) in rows {
+        let mut times = Vec::new();
+        let mut answers = Vec::new();
+        for (name, _) in forms {
+            let d = dir.join(format!("store-{stem}-{name}"));
+            let out = dir.join(format!("compress-{name}.pcap"));
+            let took = command_time(5, Command::new(&bin).arg("query").arg(&d).args(&args).arg("-w").arg(&out))?;
+            times.push(took.as_secs_f64());
+            answers.push(std::fs::read(&out)?);
+            let _ = std::fs::remove_file(&out);
+        }
+        anyhow::ensure!(answers.iter().all(|a| *a == answers[0]), "{what}: the compressed stores answer differently");
+        println!(
+            "| {what}, new process: s | {:.4} | {:.4} ({:.2}×) | {:.4} ({:.2}×) | ≤ 1.5× plain |",
+            times[0],
+            times[1],
+            times[1] / times[0],
+            times[2],
+            times[2] / times[0]
+        );
+    }
+    for (name, _) in &forms[1..] {
+        let _ = std::fs::remove_dir_all(dir.join(format!("store-{stem}-{name}")));
+    }
+    let _ = std::fs::remove_dir_all(dir.join(format!("store-{stem}-plain")));
+    println!();
     Ok(())
 }
 

@@ -94,10 +94,10 @@ pub(crate) struct Storage {
     /// (smaller, for archives; level 1-22, default 3). Queries read any mix.
     #[arg(long, value_name = "CODEC", default_value = "none")]
     pub compress: pcaptool_flowstore::Codec,
-    /// Raw bytes a compressed block aims at (4K to 1M): larger blocks compress better, smaller ones make a
-    /// lookup of one flow decompress less.
-    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = parse_block_size)]
-    pub block_size: usize,
+    /// Raw bytes a compressed block aims at (4K to 1M; default 64K for lz4, 256K for zstd): larger blocks
+    /// compress better, smaller ones make a lookup of one flow decompress less.
+    #[arg(long, value_name = "BYTES", value_parser = parse_block_size)]
+    pub block_size: Option<usize>,
 }
 
 fn parse_block_size(s: &str) -> Result<usize, String> {

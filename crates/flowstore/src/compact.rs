@@ -41,18 +41,19 @@ pub struct CompactStats {
 }
 
 impl Store {
-    /// Rewrites the data of every segment not stored with `codec` (in blocks of about `block_size` raw bytes),
+    /// Rewrites the data of every segment not stored with `codec` (in blocks of about `block_size` raw bytes;
+    /// `None`: the codec's default),
     /// one segment at a time, each atomically (see the module documentation); `progress` gets the raw bytes of
     /// the segments done so far. Every block read is checked first: a damaged segment stops the compaction with
     /// its error, the segments done before it rewritten. Needs the store open for writing.
     pub fn compact(
         &mut self,
         codec: Codec,
-        block_size: usize,
+        block_size: Option<usize>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<CompactStats, StoreError> {
         self.writable()?;
-        let block_size = block_size.clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        let block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
         let mut st = CompactStats::default();
         let mut done = 0u64;
         for i in 0..self.segments.len() {

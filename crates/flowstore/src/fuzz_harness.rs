@@ -76,7 +76,7 @@ fn make_fixture(codec: Codec) -> Fixture {
         std::fs::write(&trace, w.finish().expect("finish")).expect("write the fixture trace");
         let store_dir = dir.join("store");
         let mut store = Store::create(&store_dir).expect("store");
-        let opts = ImportOptions { compress: codec, block_size: 4096, ..ImportOptions::default() };
+        let opts = ImportOptions { compress: codec, block_size: Some(4096), ..ImportOptions::default() };
         store.import(&trace, &opts, &mut |_| {}).expect("import");
         let index = segment_paths(&store_dir, 0).1;
         let data = store.segments()[0].data.clone();

@@ -59,7 +59,7 @@ mod store;
 mod sums;
 mod writer;
 
-pub use blocks::{Codec, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ZSTD_DEFAULT_LEVEL};
+pub use blocks::{Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, ZSTD_DEFAULT_LEVEL};
 pub use bloom::Bloom;
 pub use compact::CompactStats;
 pub use error::{LockHolder, StoreError};

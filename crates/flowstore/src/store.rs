@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use pcaptool_packet::Need;
 use rustc_hash::FxHashMap;
 
-use crate::blocks::{Codec, DEFAULT_BLOCK_SIZE};
+use crate::blocks::Codec;
 use crate::error::StoreError;
 use crate::flow::Flow;
 use crate::format::{is_data_ext, segment_paths};
@@ -39,8 +39,8 @@ pub struct ImportOptions {
     pub allow_duplicates: bool,
     /// How the segments' data is stored (default: plain pcap).
     pub compress: Codec,
-    /// Raw bytes each compressed block aims at (default [`DEFAULT_BLOCK_SIZE`]).
-    pub block_size: usize,
+    /// Raw bytes each compressed block aims at (`None`: the codec's [default](Codec::default_block_size)).
+    pub block_size: Option<usize>,
 }
 
 impl Default for ImportOptions {
@@ -51,7 +51,7 @@ impl Default for ImportOptions {
             max_size: None,
             allow_duplicates: false,
             compress: Codec::None,
-            block_size: DEFAULT_BLOCK_SIZE,
+            block_size: None,
         }
     }
 }

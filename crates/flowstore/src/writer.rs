@@ -12,9 +12,7 @@ use pcaptool_packet::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::blocks::{
-    BlockEntry, BlockMap, Blocker, Codec, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Zstd, compress,
-};
+use crate::blocks::{BlockEntry, BlockMap, Blocker, Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Zstd, compress};
 use crate::bloom::Bloom;
 use crate::codec::{put_varint, seal};
 use crate::dataout::DataOut;
@@ -224,17 +222,17 @@ impl SegmentWriter {
             first_seq: u64::MAX,
             last_seq: 0,
             codec: Codec::None,
-            block_size: DEFAULT_BLOCK_SIZE,
+            block_size: Codec::None.default_block_size(),
         };
         w.iface_index(&meta, iface_name);
         w
     }
 
     /// Stores the data file with `codec` in blocks of about `block_size` raw bytes (clamped to
-    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]); plain pcap by default.
-    pub fn set_storage(&mut self, codec: Codec, block_size: usize) {
+    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]; `None`: the codec's default); plain pcap by default.
+    pub fn set_storage(&mut self, codec: Codec, block_size: Option<usize>) {
         self.codec = codec;
-        self.block_size = block_size.clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        self.block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
     }
 
     /// The link type and byte order of its packets.
