@@ -29,8 +29,44 @@ fn gen_trace(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
     path
 }
 
-/// The compressed forms tested: codec and block size.
-const FORMS: [(&str, &str); 4] = [("lz4", "4K"), ("lz4", "64K"), ("zstd:1", "16K"), ("zstd:19", "4K")];
+/// The compressed forms tested: codec, block size, deduplicated.
+const FORMS: [(&str, &str, bool); 6] = [
+    ("lz4", "4K", false),
+    ("lz4", "64K", false),
+    ("zstd:1", "16K", false),
+    ("zstd:19", "4K", false),
+    ("lz4", "4K", true),
+    ("zstd", "64K", true),
+];
+
+/// A trace whose flows come three times, each packet followed by its copies: the generated trace; a copy with
+/// other addresses (the same payloads: whole flows to deduplicate); and a copy with other addresses again in which
+/// the last byte of every 50th packet differs (near-identical flows, of the same sizes: never stored as copies).
+fn repeating_trace(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
+    use pcaptool_packet::{LinkType, PcapWriter, TraceReader, TsPrecision};
+    let base = gen_trace(dir, &format!("{name}.base.pcap"), packets, seed);
+    let mut r = TraceReader::open(&base).unwrap();
+    let path = dir.join(name);
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let mut w = PcapWriter::new(file, LinkType::ETHERNET, 262_144, TsPrecision::Nano).unwrap();
+    let mut i = 0usize;
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        w.write_packet(rec.ts_ns, rec.wirelen, rec.data).unwrap();
+        for k in 1..=2u16 {
+            let mut d = rec.data.to_vec();
+            pcaptool_tests::realtrace::rewrite_addresses(&mut d, k);
+            if k == 2 && i.is_multiple_of(50) && d.len() > 100 {
+                let n = d.len();
+                d[n - 1] ^= 0x01;
+            }
+            w.write_packet(rec.ts_ns + u64::from(k) * 1000, rec.wirelen, &d).unwrap();
+        }
+        i += 1;
+    }
+    w.finish().unwrap();
+    path
+}
 
 /// Imports `traces` into a new store `dir` with `extra` options; small segments, so that flows span several.
 fn import(traces: &[&Path], dir: &Path, extra: &[&str]) -> Output {
@@ -58,7 +94,7 @@ fn answer(store: &Path, args: &[&str], out: &Path) -> Result<Vec<u8>, String> {
 #[test]
 fn compressed_stores_answer_byte_for_byte_as_plain_ones() {
     let tmp = TempDir::new("compress-diff");
-    let trace = gen_trace(&tmp, "gen.pcap", 30_000, 11);
+    let trace = repeating_trace(&tmp, "gen.pcap", 12_000, 11);
     let mut testdata: Vec<PathBuf> = std::fs::read_dir(repo_root().join("testdata"))
         .expect("testdata/")
         .map(|e| e.expect("entry").path())
@@ -110,9 +146,13 @@ fn compressed_stores_answer_byte_for_byte_as_plain_ones() {
                 answer(&plain, &q, &tmp.join(&format!("{name}-{k}-plain.pcapng")))
             })
             .collect();
-        for (codec, block) in FORMS {
-            let dir = tmp.join(&format!("{name}-{}-{block}", codec.replace(':', "")));
-            let o = import(&traces, &dir, &["--compress", codec, "--block-size", block]);
+        for (codec, block, dedup) in FORMS {
+            let dir = tmp.join(&format!("{name}-{}-{block}-{dedup}", codec.replace(':', "")));
+            let mut opts = vec!["--compress", codec, "--block-size", block];
+            if dedup {
+                opts.push("--dedup");
+            }
+            let o = import(&traces, &dir, &opts);
             assert!(o.status.success(), "{name} {codec}: {}", err(&o));
             let ext = if codec == "lz4" { ".pcap.lz4" } else { ".pcap.zst" };
             let data: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
@@ -136,7 +176,13 @@ fn compressed_stores_answer_byte_for_byte_as_plain_ones() {
             let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
             let (raw, stored) = (info["data_bytes"].as_u64().unwrap(), info["stored_bytes"].as_u64().unwrap());
             assert!(stored > 0 && raw > 0, "{info}");
-            assert_eq!(info["codecs"].as_object().unwrap().keys().collect::<Vec<_>>(), [codec]);
+            let codec_name = if codec == "zstd" { "zstd:3" } else { codec };
+            assert_eq!(info["codecs"].as_object().unwrap().keys().collect::<Vec<_>>(), [codec_name]);
+            let elided = info["deduplicated_bytes"].as_u64().unwrap();
+            assert_eq!(elided > 0, dedup && name == "generated", "{name} {codec} {dedup}: {info}");
+            if elided > 0 {
+                println!("{name} {codec} {block} --dedup: {elided} of {raw} raw bytes stored once, {stored} stored");
+            }
         }
     }
     println!("compressed stores: {compared} answers byte-identical to the plain store's ({} forms)", FORMS.len());
@@ -258,7 +304,7 @@ fn data_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
 #[test]
 fn compaction_is_atomic_beside_readers_and_when_killed() {
     let tmp = TempDir::new("compress-compact");
-    let trace = gen_trace(&tmp, "gen.pcap", 40_000, 21);
+    let trace = repeating_trace(&tmp, "gen.pcap", 14_000, 21);
     let dir = tmp.join("store");
     assert!(import(&[&trace], &dir, &[]).status.success());
     let segments = data_files(&dir).len();
@@ -295,9 +341,14 @@ fn compaction_is_atomic_beside_readers_and_when_killed() {
     // Killed at moments spread over its run, alternating codecs.
     let mut left_behind = 0;
     for (round, delay) in [3u64, 15, 40, 90, 150, 250, 400, 700].into_iter().enumerate() {
-        let codec = ["lz4", "zstd:3", "none"][round % 3];
+        let codec = ["lz4", "zstd:3", "none", "zstd"][round % 4];
+        let mut args = vec!["compact", p(&dir), "--compress", codec, "--block-size", "8K"];
+        // Deduplicated as it is recompressed, once.
+        if round == 3 {
+            args.push("--dedup");
+        }
         let mut child = Command::new(pcaptool_bin())
-            .args(["compact", p(&dir), "--compress", codec, "--block-size", "8K"])
+            .args(&args)
             .stderr(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -315,8 +366,13 @@ fn compaction_is_atomic_beside_readers_and_when_killed() {
             left_behind += 1;
         }
         // The next writer finishes the job and leaves one data file per segment.
-        let o = pcaptool(&["compact", p(&dir), "--compress", codec, "--block-size", "8K"]);
+        let o = pcaptool(&args);
         assert!(o.status.success(), "{}", err(&o));
+        if round == 3 {
+            let info = pcaptool(&["info", p(&dir), "--json"]);
+            let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+            assert!(info["deduplicated_bytes"].as_u64().unwrap() > 0, "compact --dedup: {info}");
+        }
         let files = data_files(&dir);
         assert_eq!(files.len(), segments);
         assert!(files.values().all(|v| v.len() == 1), "{files:?}");

@@ -166,7 +166,8 @@ fn readers_during_an_import_see_a_growing_prefix() {
     let mut last = [0usize; 3];
     let (mut reads, mut partial) = (0, 0);
     while writer.try_wait().unwrap().is_none() {
-        if !dir.is_dir() {
+        // The directory is a store once its writer has made its lock file (an empty directory is none yet).
+        if !dir.join("writer.lock").exists() {
             continue;
         }
         for (i, f) in filters.iter().enumerate() {

@@ -421,9 +421,17 @@ fn fuzz_seeds(dir: PathBuf) -> anyhow::Result<()> {
     // The compressed block reader: a mode byte (codec, resealed checksums, a cut), then edits of the data file.
     let blocks = dir.join("block_reader");
     std::fs::create_dir_all(&blocks)?;
-    for (i, seed) in [&[0u8][..], &[1], &[2, 0x40, 0, 0, 0, 0x01], &[3, 0x00, 0x02, 0, 0, 0x80], &[5, 0x00, 0x10, 0, 0]]
-        .iter()
-        .enumerate()
+    for (i, seed) in [
+        &[0u8][..],
+        &[1],
+        &[2, 0x40, 0, 0, 0, 0x01],
+        &[3, 0x00, 0x02, 0, 0, 0x80],
+        &[5, 0x00, 0x10, 0, 0],
+        &[8],
+        &[11, 0, 3, 0, 0, 0x40],
+    ]
+    .iter()
+    .enumerate()
     {
         std::fs::write(blocks.join(format!("s{i}")), seed)?;
     }

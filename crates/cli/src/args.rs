@@ -98,6 +98,20 @@ pub(crate) struct Storage {
     /// compress better, smaller ones make a lookup of one flow decompress less.
     #[arg(long, value_name = "BYTES", value_parser = parse_block_size)]
     pub block_size: Option<usize>,
+    /// Store a flow direction whose payload an earlier one of the same segment carried (the same file fetched
+    /// twice) once: compared byte for byte, answers unchanged. Needs --compress lz4 or zstd.
+    #[arg(long)]
+    pub dedup: bool,
+}
+
+impl Storage {
+    /// Refuses --dedup without compression.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if self.dedup && !self.compress.is_compressed() {
+            anyhow::bail!("--dedup needs compressed segments: add --compress lz4 or --compress zstd");
+        }
+        Ok(())
+    }
 }
 
 fn parse_block_size(s: &str) -> Result<usize, String> {

@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
 
+use crate::dedup::Elision;
 use crate::error::StoreError;
 
 /// How a segment's packet data is stored.
@@ -149,6 +150,10 @@ pub(crate) struct BlockMap {
     raw_at: Vec<u64>,
     /// Where each block starts in the data file, and its length last.
     stored_at: Vec<u64>,
+    /// Deduplicated data: the raw bytes left out of the blocks, in raw order, and how many were left out before
+    /// each (and in all, last).
+    elisions: Vec<Elision>,
+    elided_before: Vec<u64>,
 }
 
 impl BlockMap {
@@ -180,7 +185,37 @@ impl BlockMap {
         }
         raw_at.push(r);
         stored_at.push(s);
-        Ok(BlockMap { codec, entries, raw_at, stored_at })
+        Ok(BlockMap { codec, entries, raw_at, stored_at, elisions: Vec::new(), elided_before: vec![0] })
+    }
+
+    /// The directory of deduplicated data whose raw bytes `elisions` (decoded and checked) are left out of the
+    /// blocks: the blocks' bytes are then the raw data less those.
+    pub(crate) fn with_elisions(mut self, elisions: Vec<Elision>) -> BlockMap {
+        let mut sum = 0;
+        self.elided_before = std::iter::once(0)
+            .chain(elisions.iter().map(|e| {
+                sum += e.len;
+                sum
+            }))
+            .collect();
+        self.elisions = elisions;
+        self
+    }
+
+    /// Where raw byte `x` is in the blocks' bytes (an elided byte: where its elision would be).
+    pub(crate) fn to_stream(&self, x: u64) -> u64 {
+        let i = self.elisions.partition_point(|e| e.raw + e.len <= x);
+        let mut s = x - self.elided_before[i];
+        if let Some(e) = self.elisions.get(i).filter(|e| e.raw < x) {
+            s -= x - e.raw;
+        }
+        s
+    }
+
+    /// The elisions that meet the raw bytes `r`, in order.
+    pub(crate) fn elisions_in(&self, r: Range<u64>) -> impl Iterator<Item = &Elision> {
+        let i = self.elisions.partition_point(|e| e.raw + e.len <= r.start);
+        self.elisions[i..].iter().take_while(move |e| e.raw < r.end)
     }
 
     /// The directory's bytes.

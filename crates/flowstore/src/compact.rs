@@ -10,17 +10,19 @@
 //! removed by the next writer.
 
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::blocks::{Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::codec::seal;
 use crate::dataout::DataOut;
+use crate::dedup::{Deduper, MIN_PIECE, Piece};
 use crate::error::StoreError;
 use crate::format::{data_file_name, segment_paths};
 use crate::segment::Segment;
 use crate::store::Store;
 use crate::sums::BLOCK_LOG2;
-use crate::writer::{Sink, write_index};
+use crate::writer::{DEDUP_MAGIC, Sink, write_index};
 
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -41,8 +43,8 @@ pub struct CompactStats {
 }
 
 impl Store {
-    /// Rewrites the data of every segment not stored with `codec` (in blocks of about `block_size` raw bytes;
-    /// `None`: the codec's default),
+    /// Rewrites the data of every segment not stored with `codec` and `dedup` (in blocks of about `block_size`
+    /// raw bytes; `None`: the codec's default; `dedup` for compressed data only),
     /// one segment at a time, each atomically (see the module documentation); `progress` gets the raw bytes of
     /// the segments done so far. Every block read is checked first: a damaged segment stops the compaction with
     /// its error, the segments done before it rewritten. Needs the store open for writing.
@@ -50,9 +52,11 @@ impl Store {
         &mut self,
         codec: Codec,
         block_size: Option<usize>,
+        dedup: bool,
         progress: &mut dyn FnMut(u64),
     ) -> Result<CompactStats, StoreError> {
         self.writable()?;
+        let dedup = dedup && codec.is_compressed();
         let block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
         let mut st = CompactStats::default();
         let mut done = 0u64;
@@ -62,10 +66,10 @@ impl Store {
             done += s1.bytes;
             if s1.version < 6 {
                 st.old_format += 1;
-            } else if s1.codec == codec {
+            } else if s1.codec == codec && s1.dedup == dedup {
                 st.kept += 1;
             } else {
-                let new = recompress(&self.dir, seg, codec, block_size)?;
+                let new = recompress(&self.dir, seg, codec, block_size, dedup)?;
                 st.rewritten += 1;
                 st.raw_bytes += s1.bytes;
                 st.before += s1.stored_bytes;
@@ -85,13 +89,18 @@ fn tmp_of(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// What a segment is rewritten as.
+#[derive(Clone, Copy)]
+struct Target {
+    codec: Codec,
+    block_size: usize,
+    dedup: bool,
+    generation: u32,
+}
+
 /// Writes segment `seg` (of `dir`) again with `codec` as its next generation, and returns it opened.
-fn recompress(dir: &Path, seg: &Segment, codec: Codec, block_size: usize) -> Result<Segment, StoreError> {
+fn recompress(dir: &Path, seg: &Segment, codec: Codec, block_size: usize, dedup: bool) -> Result<Segment, StoreError> {
     let s1 = &seg.stage1;
-    let raw = seg.read_all()?;
-    let raw = raw.bytes();
-    let s2 = seg.stage2()?;
-    let entries = s2.check_all()?;
     let generation = s1.generation.checked_add(1).ok_or_else(|| StoreError::Corrupt {
         path: seg.index.clone(),
         offset: 0,
@@ -100,58 +109,8 @@ fn recompress(dir: &Path, seg: &Segment, codec: Codec, block_size: usize) -> Res
     let data_path = dir.join(data_file_name(s1.number, generation, codec));
     let index_path = segment_paths(dir, s1.number).1;
     let (data_tmp, index_tmp) = (tmp_of(&data_path), tmp_of(&index_path));
-    let result =
-        (|| {
-            // The raw data as the writer lays it out: the pcap header, then each slot's packets, a block boundary
-            // allowed after each.
-            let io = |e| StoreError::io(&data_tmp, e);
-            let mut w = Sink::new(DataOut::create(&data_tmp, Vec::new()).map_err(io)?, codec, block_size, Vec::new());
-            let mut at = 24usize;
-            w.put(raw.get(..24).unwrap_or_default()).map_err(io)?;
-            for e in &entries {
-                let span = usize::try_from(e.data_offset)
-                    .ok()
-                    .filter(|&from| from == at)
-                    .and_then(|from| raw.get(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
-                    .ok_or_else(|| StoreError::Corrupt {
-                        path: seg.data.clone(),
-                        offset: e.data_offset,
-                        why: format!("flow {} does not follow the flow before it in the data", e.flow.id),
-                    })?;
-                w.put(span).map_err(io)?;
-                w.flow_end().map_err(io)?;
-                at += span.len();
-            }
-            if at != raw.len() {
-                return Err(StoreError::Corrupt {
-                    path: seg.data.clone(),
-                    offset: at as u64,
-                    why: format!("the flows end at byte {at} of {}", raw.len()),
-                });
-            }
-            let (_, map) = w.finish().map_err(io)?;
-            let (part, n_blocks, stored_bytes) = map.into_part_of(raw.len() as u64).map_err(|_| {
-                StoreError::Corrupt { path: seg.data.clone(), offset: 0, why: "more than 2^32 blocks".into() }
-            })?;
-            let mut stage1 = s1.clone();
-            stage1.version = crate::format::VERSION;
-            stage1.codec = codec;
-            stage1.generation = generation;
-            stage1.n_blocks = n_blocks;
-            stage1.stored_bytes = stored_bytes;
-            stage1.block_log2 = BLOCK_LOG2;
-            stage1.sums_crc = crc32fast::hash(&part);
-            let mut body = stage1.encode();
-            seal(&mut body);
-            // Stage 2 and the positions are the same: their offsets are in the raw data.
-            let mut rest = vec![0u8; usize::try_from(s1.stage2_len + s1.positions_len).unwrap_or(0)];
-            use std::os::unix::fs::FileExt;
-            let f = File::open(&seg.index).map_err(|e| StoreError::io(&seg.index, e))?;
-            f.read_exact_at(&mut rest, s1.stage2_at).map_err(|e| StoreError::io(&seg.index, e))?;
-            write_index(&index_tmp, Vec::new(), &[&body, &rest, &[], &part])?;
-            Ok(())
-        })();
-    if let Err(e) = result {
+    let target = Target { codec, block_size, dedup, generation };
+    if let Err(e) = write_new(seg, target, &data_tmp, &index_tmp) {
         let _ = std::fs::remove_file(&data_tmp);
         let _ = std::fs::remove_file(&index_tmp);
         return Err(e);
@@ -164,6 +123,119 @@ fn recompress(dir: &Path, seg: &Segment, codec: Codec, block_size: usize) -> Res
     std::fs::remove_file(&seg.data).map_err(|e| StoreError::io(&seg.data, e))?;
     sync_dir(dir);
     Segment::open(index_path)
+}
+
+/// Writes segment `seg`'s data as `t` says into `data_tmp`, and its index naming it into `index_tmp`.
+fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Result<(), StoreError> {
+    let s1 = &seg.stage1;
+    let raw = seg.read_all()?;
+    let raw = raw.bytes();
+    let entries = seg.stage2()?.check_all()?;
+    let corrupt = |offset: u64, why: String| StoreError::Corrupt { path: seg.data.clone(), offset, why };
+    // The raw data as the writer lays it out: the pcap header, then each slot's packets, a block boundary
+    // allowed after each.
+    let io = |e| StoreError::io(data_tmp, e);
+    let mut w = Sink::new(DataOut::create(data_tmp, Vec::new()).map_err(io)?, t.codec, t.block_size, Vec::new());
+    let mut head = [0u8; 24];
+    head.copy_from_slice(raw.get(..24).ok_or_else(|| corrupt(0, "no pcap header".into()))?);
+    if t.dedup {
+        head[..4].copy_from_slice(&DEDUP_MAGIC);
+    }
+    w.put(&head).map_err(io)?;
+    let mut dd = t.dedup.then(Deduper::default);
+    let mut at = 24usize;
+    for e in &entries {
+        let span = usize::try_from(e.data_offset)
+            .ok()
+            .filter(|&from| from == at)
+            .and_then(|from| raw.get(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
+            .ok_or_else(|| {
+                corrupt(e.data_offset, format!("flow {} does not follow the flow before it in the data", e.flow.id))
+            })?;
+        match dd.as_mut().filter(|_| !e.is_no_flow()) {
+            Some(dd) => put_deduplicated(&mut w, raw, at, span.len(), s1.linktype, dd).map_err(io)?,
+            None => w.put(span).map_err(io)?,
+        }
+        w.flow_end().map_err(io)?;
+        at += span.len();
+    }
+    if at != raw.len() {
+        return Err(corrupt(at as u64, format!("the flows end at byte {at} of {}", raw.len())));
+    }
+    let (_, map) = w.finish().map_err(io)?;
+    let too_many = |_| corrupt(0, "more than 2^32 blocks or elisions".into());
+    let (mut part, n_blocks, stored_bytes) = map.into_part_of(raw.len() as u64).map_err(too_many)?;
+    let mut stage1 = s1.clone();
+    (stage1.elided_bytes, stage1.n_elisions, stage1.elisions_len) = (0, 0, 0);
+    if let Some(mut dd) = dd {
+        let e = dd.encode();
+        stage1.elided_bytes = dd.elided;
+        stage1.n_elisions = u32::try_from(dd.elisions.len()).map_err(too_many)?;
+        stage1.elisions_len = u32::try_from(e.len()).map_err(too_many)?;
+        part.extend_from_slice(&e);
+    }
+    stage1.version = crate::format::VERSION;
+    stage1.codec = t.codec;
+    stage1.dedup = t.dedup;
+    stage1.generation = t.generation;
+    stage1.n_blocks = n_blocks;
+    stage1.stored_bytes = stored_bytes;
+    stage1.block_log2 = BLOCK_LOG2;
+    stage1.sums_crc = crc32fast::hash(&part);
+    let mut body = stage1.encode();
+    seal(&mut body);
+    // Stage 2 and the positions are the same: their offsets are in the raw data.
+    let mut rest = vec![0u8; usize::try_from(s1.stage2_len + s1.positions_len).unwrap_or(0)];
+    let f = File::open(&seg.index).map_err(|e| StoreError::io(&seg.index, e))?;
+    f.read_exact_at(&mut rest, s1.stage2_at).map_err(|e| StoreError::io(&seg.index, e))?;
+    write_index(index_tmp, Vec::new(), &[&body, &rest, &[], &part])?;
+    Ok(())
+}
+
+/// Writes the flow of raw bytes `at..at + len` of `raw` (its records) to `w`, leaving out the payload of a
+/// direction whose bytes an earlier one of the segment carried (see the `dedup` module). Which bytes are payload is
+/// read from each packet as the writer read it when it stored it.
+fn put_deduplicated(
+    w: &mut Sink,
+    raw: &[u8],
+    at: usize,
+    len: usize,
+    linktype: pcaptool_packet::LinkType,
+    dd: &mut Deduper,
+) -> std::io::Result<()> {
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "a record runs past its flow");
+    let le = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]) as usize;
+    // Each record: where it starts, its payload's offset in it and length (0: none), its direction.
+    let mut recs: Vec<(usize, usize, usize, usize)> = Vec::new();
+    let mut dirs: [Vec<Piece>; 2] = [Vec::new(), Vec::new()];
+    let mut p = at;
+    while p < at + len {
+        let h = raw.get(p..p + 16).ok_or_else(bad)?;
+        let (caplen, wirelen) = (le(h, 8), le(h, 12));
+        let data = raw.get(p + 16..p + 16 + caplen).ok_or_else(bad)?;
+        let f = crate::flow::read_flow(linktype, data);
+        let payload = usize::try_from(f.payload).unwrap_or(usize::MAX);
+        let dir = usize::from(matches!(f.flow, Some((_, pcaptool_packet::Direction::LoToHi))));
+        if payload >= MIN_PIECE as usize && caplen == wirelen && payload <= caplen {
+            let o = 16 + caplen - payload;
+            dirs[dir].push(Piece { at: (p + o) as u64, raw: (p + o) as u64, len: payload as u32 });
+            recs.push((p, o, payload, dir));
+        } else {
+            recs.push((p, 0, 0, dir));
+        }
+        p += 16 + caplen;
+    }
+    let dup = [dd.consider(raw, &dirs[0]), dd.consider(raw, &dirs[1])];
+    for (i, &(start, o, l, dir)) in recs.iter().enumerate() {
+        let end = recs.get(i + 1).map_or(at + len, |r| r.0);
+        if l > 0 && dup[dir] {
+            w.put(&raw[start..start + o])?;
+            w.put(&raw[start + o + l..end])?;
+        } else {
+            w.put(&raw[start..end])?;
+        }
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) {

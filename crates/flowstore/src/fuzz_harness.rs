@@ -31,18 +31,20 @@ struct Fixture {
 /// A 1500-packet Ethernet trace (TCP with handshakes and FINs, UDP, ARP) imported into a one-segment store.
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| make_fixture(Codec::None))
+    F.get_or_init(|| make_fixture(Codec::None, false))
 }
 
-/// The fixture's trace imported compressed (LZ4, or Zstandard at level 3) in blocks of 4 KiB.
-fn compressed_fixture(zstd: bool) -> &'static Fixture {
-    static F: [OnceLock<Fixture>; 2] = [OnceLock::new(), OnceLock::new()];
-    F[usize::from(zstd)].get_or_init(|| make_fixture(if zstd { Codec::Zstd { level: 3 } } else { Codec::Lz4 }))
+/// The fixture's trace imported compressed (LZ4, or Zstandard at level 3) in blocks of 4 KiB, deduplicated or
+/// not (its payloads are zeros: many flow directions are copies of another).
+fn compressed_fixture(zstd: bool, dedup: bool) -> &'static Fixture {
+    static F: [OnceLock<Fixture>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    F[usize::from(zstd) + 2 * usize::from(dedup)]
+        .get_or_init(|| make_fixture(if zstd { Codec::Zstd { level: 3 } } else { Codec::Lz4 }, dedup))
 }
 
-fn make_fixture(codec: Codec) -> Fixture {
+fn make_fixture(codec: Codec, dedup: bool) -> Fixture {
     {
-        let dir = std::env::temp_dir().join(format!("pcaptool-store-fuzz-{}-{codec}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("pcaptool-store-fuzz-{}-{codec}-{dedup}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temporary directory");
         let trace = dir.join("fixture.pcap");
@@ -73,10 +75,36 @@ fn make_fixture(codec: Codec) -> Fixture {
             let len = f.len() as u32;
             w.write_packet(1_700_000_000_000_000_000 + u64::from(i) * 1_000_000, len, &f).expect("write");
         }
+        if dedup {
+            // Six TCP flows carrying the same 100 KB, one of them a byte apart: five copies to store once.
+            for i in 0u32..900 {
+                let (flow, k) = (i % 6, i / 6);
+                let mut f = vec![0u8; 54 + 800];
+                f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+                f[14] = 0x45;
+                f[16..18].copy_from_slice(&(840u16).to_be_bytes());
+                f[23] = 6;
+                f[26..30].copy_from_slice(&[10, 9, 0, flow as u8]);
+                f[30..34].copy_from_slice(&[192, 168, 9, 1]);
+                f[34..36].copy_from_slice(&(40_000 + flow as u16).to_be_bytes());
+                f[36..38].copy_from_slice(&443u16.to_be_bytes());
+                f[46] = 5 << 4;
+                f[47] = 0x18;
+                for (j, b) in f[54..].iter_mut().enumerate() {
+                    *b = (k as usize * 31 + j * 7) as u8;
+                }
+                if flow == 5 && k == 10 {
+                    f[100] ^= 1;
+                }
+                w.write_packet(1_700_000_002_000_000_000 + u64::from(i) * 1_000_000, f.len() as u32, &f)
+                    .expect("write");
+            }
+        }
         std::fs::write(&trace, w.finish().expect("finish")).expect("write the fixture trace");
         let store_dir = dir.join("store");
         let mut store = Store::create(&store_dir).expect("store");
-        let opts = ImportOptions { compress: codec, block_size: Some(4096), ..ImportOptions::default() };
+        let opts = ImportOptions { compress: codec, block_size: Some(4096), dedup, ..ImportOptions::default() };
         store.import(&trace, &opts, &mut |_| {}).expect("import");
         let index = segment_paths(&store_dir, 0).1;
         let data = store.segments()[0].data.clone();
@@ -274,12 +302,13 @@ pub fn store_from_bytes(input: &[u8]) {
 /// Fuzz target `block_reader`: a compressed segment's data file damaged, read through a store.
 ///
 /// Input: a mode byte (bit 0: LZ4 or Zstandard; bit 1: then give every block the checksum of its damaged bytes,
-/// so that the decompressor meets the damage; bit 2: cut the file at the length in the next 4 bytes), then edits
+/// so that the decompressor meets the damage; bit 2: cut the file at the length in the next 4 bytes; bit 3: a
+/// deduplicated segment, whose raw data is rebuilt from its elisions), then edits
 /// of 5 bytes each (a 4-byte offset modulo the file's length, a byte to XOR there). Never a panic; any answer is
 /// the undamaged one (the raw bytes' checksums let no wrong byte through).
 pub fn block_reader(input: &[u8]) {
     let Some((&mode, rest)) = input.split_first() else { return };
-    let fx = compressed_fixture(mode & 1 != 0);
+    let fx = compressed_fixture(mode & 1 != 0, mode & 8 != 0);
     let mut data = fx.data_bytes.clone();
     let mut index = fx.index.clone();
     let (cut, edits) = match (mode & 4 != 0, rest) {
@@ -404,9 +433,11 @@ mod tests {
     /// caught by the decompressor or the raw checksums; never a wrong answer.
     #[test]
     fn damaged_blocks_never_answer_wrongly() {
-        for zstd in [0u8, 1] {
-            let fx = compressed_fixture(zstd == 1);
-            assert!(fx.data.to_string_lossy().ends_with(if zstd == 1 { ".pcap.zst" } else { ".pcap.lz4" }));
+        let dedup = Store::open(&compressed_fixture(true, true).dir.join("store")).expect("the fixture store");
+        assert!(dedup.segments()[0].stage1.elided_bytes > 0, "the deduplicated fixture elides bytes");
+        for zstd in [0u8, 1, 8, 9] {
+            let fx = compressed_fixture(zstd & 1 == 1, zstd & 8 != 0);
+            assert!(fx.data.to_string_lossy().ends_with(if zstd & 1 == 1 { ".pcap.zst" } else { ".pcap.lz4" }));
             block_reader(&[zstd]);
             for reseal in [0u8, 2] {
                 for at in (0..fx.data_bytes.len()).step_by(509) {

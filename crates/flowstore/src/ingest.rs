@@ -274,7 +274,7 @@ impl<'s> Ingest<'s> {
         let spare = std::mem::take(&mut self.spare);
         let mut w = SegmentWriter::with_spare(*meta, iface_name, spare);
         w.source = self.source;
-        w.set_storage(self.opts.compress, self.opts.block_size);
+        w.set_storage(self.opts.compress, self.opts.block_size, self.opts.dedup);
         // With two writers open, a flow's packets can go to both, and its slot cache names only one.
         if !self.writers.is_empty() {
             w.index_slots();

@@ -41,6 +41,7 @@ mod bloom;
 mod codec;
 mod compact;
 mod dataout;
+mod dedup;
 mod error;
 pub mod flow;
 mod format;

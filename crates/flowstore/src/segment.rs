@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use pcaptool_packet::MappedFile;
 
-use crate::blocks::{BlockMap, Zstd};
+use crate::blocks::{BlockMap, ENTRY_BYTES, Zstd};
 use crate::codec::unseal;
 use crate::error::StoreError;
 use crate::stage1::{Stage1, StoreMeta};
@@ -209,16 +209,96 @@ impl Segment {
         }
         let s1 = &self.stage1;
         let at = s1.stage2_at + s1.stage2_len + s1.positions_len;
-        let map = BlockMap::decode(s1.codec, &self.map_part()?, s1.n_blocks as usize, s1.bytes, s1.stored_bytes)
-            .map_err(|why| self.corrupt(at, &format!("block directory: {why}")))?;
+        let part = self.map_part()?;
+        let (dir, elisions) = part.split_at((s1.n_blocks as usize * ENTRY_BYTES).min(part.len()));
+        let (elisions, elided) = crate::dedup::decode(elisions, s1.n_elisions as usize, s1.bytes)
+            .map_err(|why| self.corrupt(at, &format!("elisions: {why}")))?;
+        if elided != s1.elided_bytes {
+            return Err(self.corrupt(at, &format!("elisions of {elided} bytes, stage 1 says {}", s1.elided_bytes)));
+        }
+        let stream = s1.bytes - elided;
+        let map = BlockMap::decode(s1.codec, dir, s1.n_blocks as usize, stream, s1.stored_bytes)
+            .map_err(|why| self.corrupt(at, &format!("block directory: {why}")))?
+            .with_elisions(elisions);
         Ok(self.blocks.get_or_init(|| map))
     }
 
-    /// Reads and decompresses the blocks that hold the raw data `ranges` (sorted by start), checking each block
-    /// before and after it is decompressed; consecutive blocks are one read. Compressed data only.
+    /// Reads the raw data `ranges` of compressed data: the blocks that hold them (and, deduplicated, the bytes
+    /// their elisions refer to) decompressed and checked, consecutive blocks one read; elided bytes filled in
+    /// from their sources.
     pub(crate) fn read_raw(&self, ranges: &[Range<u64>]) -> Result<RawWindow, StoreError> {
         self.check_data_len()?;
         let map = self.blocks()?;
+        if let Some(r) = ranges.iter().find(|r| r.end > self.stage1.bytes || r.start > r.end) {
+            return Err(StoreError::Corrupt {
+                path: self.data.clone(),
+                offset: r.start,
+                why: format!("raw bytes {}..{} lie past the data's {}", r.start, r.end, self.stage1.bytes),
+            });
+        }
+        if !self.stage1.dedup {
+            // The stored stream is the raw data.
+            return self.read_stream(map, ranges);
+        }
+        let mut merged: Vec<Range<u64>> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+        merged.sort_unstable_by_key(|r| r.start);
+        merged.dedup_by(|b, a| {
+            let joined = b.start <= a.end;
+            a.end = a.end.max(if joined { b.end } else { a.end });
+            joined
+        });
+        let mut wanted: Vec<Range<u64>> = Vec::new();
+        for r in &merged {
+            wanted.push(map.to_stream(r.start)..map.to_stream(r.end));
+            for e in map.elisions_in(r.clone()) {
+                wanted.push(map.to_stream(e.src)..map.to_stream(e.src + e.len));
+            }
+        }
+        let stream = self.read_stream(map, &wanted)?;
+        let bad = |at: u64| StoreError::Corrupt {
+            path: self.data.clone(),
+            offset: at,
+            why: format!("raw byte {at} is in no block read"),
+        };
+        let mut out = RawWindow::default();
+        for r in merged {
+            out.pieces.push((r.start, out.buf.len()));
+            let mut p = r.start;
+            let copy = |from: u64, to: u64, src: u64, out: &mut Vec<u8>| -> Result<(), StoreError> {
+                let s = map.to_stream(src);
+                out.extend_from_slice(stream.get(s, to - from).ok_or_else(|| bad(from))?.1);
+                Ok(())
+            };
+            for e in map.elisions_in(r.clone()) {
+                let lit = e.raw.clamp(p, r.end);
+                if p < lit {
+                    copy(p, lit, p, &mut out.buf)?;
+                    p = lit;
+                }
+                let el = (e.raw + e.len).min(r.end);
+                if p < el {
+                    copy(p, el, e.src + (p - e.raw), &mut out.buf)?;
+                    p = el;
+                }
+            }
+            if p < r.end {
+                copy(p, r.end, p, &mut out.buf)?;
+            }
+            // The stored data begins with the mark of deduplicated data where the raw data has the pcap magic.
+            if r.start < 4 {
+                let at = out.pieces.last().map_or(0, |x| x.1);
+                let magic = 0xa1b2_3c4du32.to_le_bytes();
+                for k in r.start..r.end.min(4) {
+                    out.buf[at + (k - r.start) as usize] = magic[k as usize];
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads and decompresses the blocks that hold the stored data `ranges`, checking each block before and after
+    /// it is decompressed; consecutive blocks are one read.
+    fn read_stream(&self, map: &BlockMap, ranges: &[Range<u64>]) -> Result<RawWindow, StoreError> {
         let mut covering: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
         for r in ranges {
             if r.end > map.raw_len() {

@@ -190,6 +190,12 @@ pub struct Stage1 {
     pub(crate) n_blocks: u32,
     /// Bytes of the data file as stored (`bytes` for plain data, less when compressed).
     pub stored_bytes: u64,
+    /// Whether the data is deduplicated (its stored data begins `PTDD` instead of the pcap magic).
+    pub dedup: bool,
+    /// Raw bytes left out of the stored data as copies of earlier bytes, and the elisions that say so.
+    pub elided_bytes: u64,
+    pub(crate) n_elisions: u32,
+    pub(crate) elisions_len: u32,
 }
 
 fn precision_code(p: TsPrecision) -> u8 {
@@ -246,7 +252,11 @@ impl Stage1 {
     /// Bytes of the index's last part: the data checksums of plain data, or the block directory of compressed
     /// data.
     pub(crate) fn map_bytes(&self) -> u64 {
-        if self.codec.is_compressed() { u64::from(self.n_blocks) * ENTRY_BYTES as u64 } else { 4 * self.sums_count() }
+        if self.codec.is_compressed() {
+            u64::from(self.n_blocks) * ENTRY_BYTES as u64 + u64::from(self.elisions_len)
+        } else {
+            4 * self.sums_count()
+        }
     }
 
     /// The data file's name: `seg-NNNNNN.pcap` as first written plain, with the generation after the number once
@@ -303,9 +313,13 @@ impl Stage1 {
         }
         o.push(self.codec.id());
         o.push(self.codec.level());
+        o.push(u8::from(self.dedup));
         o.extend_from_slice(&self.generation.to_le_bytes());
         o.extend_from_slice(&self.n_blocks.to_le_bytes());
         o.extend_from_slice(&self.stored_bytes.to_le_bytes());
+        o.extend_from_slice(&self.elided_bytes.to_le_bytes());
+        o.extend_from_slice(&self.n_elisions.to_le_bytes());
+        o.extend_from_slice(&self.elisions_len.to_le_bytes());
         o
     }
 
@@ -381,16 +395,26 @@ impl Stage1 {
             }
         };
         // Version 7: how the data is stored.
-        let (codec, generation, n_blocks, stored_bytes) = if version >= 7 {
+        let (codec, dedup, generation, n_blocks, stored_bytes, elided_bytes, n_elisions, elisions_len) = if version >= 7
+        {
             let codec = Codec::from_parts(r.u8()?, r.u8()?)?;
+            let dedup = flag(&mut r, "deduplication")?;
             let (generation, n_blocks, stored) = (r.u32()?, r.u32()?, r.u64()?);
-            // Compressed data is in blocks (the pcap header is one at least); plain data in none.
+            let (elided, n_elisions, elisions_len) = (r.u64()?, r.u32()?, r.u32()?);
+            // Compressed data is in blocks (the pcap header is one at least); plain data in none, and never
+            // deduplicated.
             if codec.is_compressed() != (n_blocks > 0) {
                 return Err(format!("{codec} data in {n_blocks} blocks"));
             }
-            (codec, generation, n_blocks, stored)
+            if !dedup && (elided, n_elisions, elisions_len) != (0, 0, 0) || dedup && !codec.is_compressed() {
+                return Err(format!("{codec} data, deduplicated: {dedup}, with {n_elisions} elisions"));
+            }
+            if elided > bytes.saturating_sub(24) {
+                return Err(format!("{elided} bytes elided of {bytes}"));
+            }
+            (codec, dedup, generation, n_blocks, stored, elided, n_elisions, elisions_len)
         } else {
-            (Codec::None, 0, 0, bytes)
+            (Codec::None, false, 0, 0, bytes, 0, 0, 0)
         };
         if !codec.is_compressed() && stored_bytes != bytes {
             return Err(format!("plain data of {bytes} bytes stored in {stored_bytes}"));
@@ -428,6 +452,10 @@ impl Stage1 {
             generation,
             n_blocks,
             stored_bytes,
+            dedup,
+            elided_bytes,
+            n_elisions,
+            elisions_len,
         })
     }
 

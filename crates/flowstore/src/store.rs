@@ -41,6 +41,9 @@ pub struct ImportOptions {
     pub compress: Codec,
     /// Raw bytes each compressed block aims at (`None`: the codec's [default](Codec::default_block_size)).
     pub block_size: Option<usize>,
+    /// Store a flow direction whose payload an earlier one of the segment carried without it, referring to it
+    /// (compressed data only; FloSIS's whole-flow deduplication).
+    pub dedup: bool,
 }
 
 impl Default for ImportOptions {
@@ -52,6 +55,7 @@ impl Default for ImportOptions {
             allow_duplicates: false,
             compress: Codec::None,
             block_size: None,
+            dedup: false,
         }
     }
 }

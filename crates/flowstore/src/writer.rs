@@ -16,6 +16,7 @@ use crate::blocks::{BlockEntry, BlockMap, Blocker, Codec, MAX_BLOCK_SIZE, MIN_BL
 use crate::bloom::Bloom;
 use crate::codec::{put_varint, seal};
 use crate::dataout::DataOut;
+use crate::dedup::{Deduper, MIN_PIECE, Piece};
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, SlotCache};
 use crate::stage1::{FlowIds, SegmentIface, SourceMark, Stage1, StoreMeta, iface_bits};
@@ -185,9 +186,10 @@ pub struct SegmentWriter {
     /// Positions of the first and last packet.
     first_seq: u64,
     last_seq: u64,
-    /// How the data file is stored, and the raw size its blocks aim at.
+    /// How the data file is stored, the raw size its blocks aim at, and whether flows' payloads are deduplicated.
     codec: Codec,
     block_size: usize,
+    dedup: bool,
 }
 
 impl SegmentWriter {
@@ -223,15 +225,19 @@ impl SegmentWriter {
             last_seq: 0,
             codec: Codec::None,
             block_size: Codec::None.default_block_size(),
+            dedup: false,
         };
         w.iface_index(&meta, iface_name);
         w
     }
 
     /// Stores the data file with `codec` in blocks of about `block_size` raw bytes (clamped to
-    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]; `None`: the codec's default); plain pcap by default.
-    pub fn set_storage(&mut self, codec: Codec, block_size: Option<usize>) {
+    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]; `None`: the codec's default); plain pcap by default. With `dedup`
+    /// (compressed data only), a flow direction whose payload an earlier one of the segment carried is stored
+    /// without it (see the `dedup` module).
+    pub fn set_storage(&mut self, codec: Codec, block_size: Option<usize>, dedup: bool) {
         self.codec = codec;
+        self.dedup = dedup && codec.is_compressed();
         self.block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
     }
 
@@ -542,7 +548,12 @@ impl SegmentWriter {
         h[6..8].copy_from_slice(&4u16.to_le_bytes());
         h[16..20].copy_from_slice(&snaplen.to_le_bytes());
         h[20..24].copy_from_slice(&self.linktype.0.to_le_bytes());
-        w.put(&h).map_err(io)?;
+        // Deduplicated data is no pcap stream once decompressed (payloads are elsewhere): its magic says so.
+        let mut stored_head = h;
+        if self.dedup {
+            stored_head[0..4].copy_from_slice(&DEDUP_MAGIC);
+        }
+        w.put(&stored_head).map_err(io)?;
         let mut at = 24u64;
         let (mut t_min, mut t_max) = (u64::MAX, 0u64);
         let corrupt = |why: &str| StoreError::Corrupt {
@@ -594,9 +605,17 @@ impl SegmentWriter {
         // before its turn (a line-set is 2-3 lines: its offset in the arena is any).
         let ahead = 8;
         let mut j = 0usize;
+        let mut dd = self.dedup.then(Deduper::default);
+        // Per packet of the flow being written: the payload bytes left out (offset in its record, length).
+        let mut elide: Vec<(usize, usize)> = Vec::new();
         for &s in &order {
             let end = cursor[s as usize] as usize;
             let (data0, pos0) = (at, positions.len());
+            elide.clear();
+            if let Some(dd) = dd.as_mut().filter(|_| s != 0) {
+                elide_flow(&m.buf, &sorted[j..end], at, dd, &mut elide).ok_or_else(|| corrupt("a record is cut"))?;
+            }
+            let first = j;
             while j < end {
                 if let Some(&next) = sorted.get(j + ahead) {
                     let (lo, size) = ((next & 0xff_ffff_ffff) as usize, (next >> 40) as usize);
@@ -617,7 +636,13 @@ impl SegmentWriter {
                 let (len, wirelen) = (word(r, 8) as usize, word(r, 12));
                 let record =
                     m.buf.get(from + HEAD..from + HEAD + 16 + len).ok_or_else(|| corrupt("a record is cut"))?;
-                w.put(record).map_err(io)?;
+                match elide.get(j - first) {
+                    Some(&(o, l)) if l > 0 => {
+                        w.put(&record[..o]).map_err(io)?;
+                        w.put(&record[o + l..]).map_err(io)?;
+                    }
+                    _ => w.put(record).map_err(io)?,
+                }
                 at += record.len() as u64;
                 put_varint(&mut positions, if bits == 0 { delta } else { delta << bits | iface });
                 t_min = t_min.min(ts);
@@ -649,6 +674,14 @@ impl SegmentWriter {
             }
             map => map.into_part_of(at).map_err(|_| corrupt("more than 2^32 blocks"))?,
         };
+        let (mut sums_bytes, mut elided_bytes, mut n_elisions, mut elisions_len) = (sums_bytes, 0, 0, 0);
+        if let Some(mut dd) = dd {
+            let e = dd.encode();
+            n_elisions = u32::try_from(dd.elisions.len()).map_err(|_| corrupt("more than 2^32 elisions"))?;
+            elisions_len = u32::try_from(e.len()).map_err(|_| corrupt("elisions of more than 4 GiB"))?;
+            elided_bytes = dd.elided;
+            sums_bytes.extend_from_slice(&e);
+        }
 
         let ins: Vec<SlotIn<'_>> = order
             .iter()
@@ -699,6 +732,10 @@ impl SegmentWriter {
             generation: 0,
             n_blocks,
             stored_bytes,
+            dedup: self.dedup,
+            elided_bytes,
+            n_elisions,
+            elisions_len,
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
@@ -731,6 +768,47 @@ impl SegmentWriter {
         }
         (addr_bloom, port_bloom)
     }
+}
+
+/// The first bytes of deduplicated stored data, in place of the pcap magic.
+pub(crate) const DEDUP_MAGIC: [u8; 4] = *b"PTDD";
+
+/// Decides which payload bytes of a flow's packets to leave out: `sorted` holds where each packet is in the
+/// arena `buf` (as the writer's sort leaves it), `at` where the flow starts in the raw data. Fills `elide` with
+/// each packet's (offset in its record, length) left out, (0, 0) for none. `None` if a record is cut.
+fn elide_flow(buf: &[u8], sorted: &[u64], at: u64, dd: &mut Deduper, elide: &mut Vec<(usize, usize)>) -> Option<()> {
+    let word = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+    let mut dirs: [Vec<Piece>; 2] = [Vec::new(), Vec::new()];
+    let mut side = Vec::with_capacity(sorted.len());
+    let mut raw = at;
+    for &p in sorted {
+        let from = (p & 0xff_ffff_ffff) as usize;
+        let h = buf.get(from..from + HEAD + 16)?;
+        let (payload, orig) = (word(h, 8) as usize, h[13] & 8 != 0);
+        let (len, wirelen) = (word(h, HEAD + 8) as usize, word(h, HEAD + 12) as usize);
+        // The payload is the end of a packet captured whole.
+        let piece = (payload >= MIN_PIECE as usize && len == wirelen && payload <= len).then(|| 16 + len - payload);
+        match piece {
+            Some(o) => {
+                dirs[usize::from(orig)].push(Piece {
+                    at: (from + HEAD + o) as u64,
+                    raw: raw + o as u64,
+                    len: payload as u32,
+                });
+                elide.push((o, payload));
+            }
+            None => elide.push((0, 0)),
+        }
+        side.push(usize::from(orig));
+        raw += 16 + len as u64;
+    }
+    let dup = [dd.consider(buf, &dirs[0]), dd.consider(buf, &dirs[1])];
+    for (e, &d) in elide.iter_mut().zip(&side) {
+        if !dup[d] {
+            *e = (0, 0);
+        }
+    }
+    Some(())
 }
 
 /// Where a segment's data goes: a plain pcap file with a checksum per block of [`BLOCK_LOG2`] bytes, or

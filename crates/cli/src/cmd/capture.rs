@@ -182,6 +182,7 @@ fn stats_json(s: &Summary, event: &str) -> serde_json::Value {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    args.storage.check()?;
     let text = args.filter.join(" ");
     let filter = if text.trim().is_empty() {
         None
@@ -258,6 +259,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_size: args.max_size,
         compress: args.storage.compress,
         block_size: args.storage.block_size,
+        dedup: args.storage.dedup,
         ..ImportOptions::default()
     };
     let mut sink = StoreSink { ingest: store.ingest(&opts)?, kinds, max_size: args.max_size };

@@ -215,12 +215,13 @@ pub(crate) fn retain(args: RetainArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
+    args.storage.check()?;
     let mut store = open_writer(&args.store, false)?;
     let total: u64 = store.segments().iter().map(|s| s.stage1.bytes).sum();
     let pb = progress::bytes(Some(total), "compact");
     let codec = args.storage.compress;
     let st = store
-        .compact(codec, args.storage.block_size, &mut |done| pb.set_position(done))
+        .compact(codec, args.storage.block_size, args.storage.dedup, &mut |done| pb.set_position(done))
         .with_context(|| format!("cannot compact {}", args.store.display()))?;
     pb.finish_and_clear();
     if args.json {

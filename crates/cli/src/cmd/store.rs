@@ -101,6 +101,7 @@ pub(crate) fn warn_skipped(store: &Store) -> ExitCode {
 }
 
 pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    args.storage.check()?;
     let mut store = open_writer(&args.store, true)?;
     let opts = ImportOptions {
         segment_bytes: args.segment_size,
@@ -108,6 +109,7 @@ pub(crate) fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         allow_duplicates: args.allow_duplicates,
         compress: args.storage.compress,
         block_size: args.storage.block_size,
+        dedup: args.storage.dedup,
         ..ImportOptions::default()
     };
     let mut code = ExitCode::SUCCESS;
@@ -287,6 +289,7 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let flows = store.flows(&Need::All)?.len();
     let index: u64 = segs.iter().map(|s| s.stage1.index_bytes()).sum();
     let stored: u64 = segs.iter().map(|s| s.stage1.stored_bytes).sum();
+    let elided: u64 = segs.iter().map(|s| s.stage1.elided_bytes).sum();
     let mut codecs: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for s in segs {
         *codecs.entry(s.stage1.codec.to_string()).or_default() += 1;
@@ -302,7 +305,7 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "{}",
             serde_json::json!({
                 "store": dir, "segments": segs.len(), "packets": packets, "data_bytes": bytes, "flows": flows,
-                "index_bytes": index, "stored_bytes": stored, "codecs": codecs, "first_ns": t_min, "last_ns": t_max,
+                "index_bytes": index, "stored_bytes": stored, "deduplicated_bytes": elided, "codecs": codecs, "first_ns": t_min, "last_ns": t_max,
                 "linktypes": store.metas().iter().map(|m| m.0.linktype.0).collect::<std::collections::BTreeSet<_>>(),
                 "segments_without_checksums": unchecked,
                 "damaged": damaged.iter().map(|d| serde_json::json!({
@@ -323,6 +326,12 @@ pub(crate) fn info(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
                 "stored bytes: {stored} ({:.3} of the data; segments: {})",
                 stored as f64 / bytes.max(1) as f64,
                 mix.join(", ")
+            );
+        }
+        if elided > 0 {
+            outln!(
+                "deduplicated: {elided} bytes of payload ({:.3} of the data) stored once for several flows",
+                elided as f64 / bytes.max(1) as f64
             );
         }
         outln!("flows:        {flows}");
