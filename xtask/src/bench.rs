@@ -793,16 +793,18 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
     );
     println!();
     let stem = trace.file_stem().and_then(|s| s.to_str()).unwrap_or("trace");
-    let forms = [("plain", "none"), ("lz4", "lz4"), ("zstd", "zstd")];
+    let forms = [("plain", "none"), ("lz4", "lz4"), ("zstd", "zstd"), ("zstd-dedup", "zstd")];
     let mut imports = Vec::new();
     let mut sizes = Vec::new();
     for (name, codec) in forms {
         let d = dir.join(format!("store-{stem}-{name}"));
         let _ = std::fs::remove_dir_all(&d);
-        let took = command_time(
-            1,
-            Command::new(&bin).arg("import").arg(trace).arg("--store").arg(&d).args(["--compress", codec]),
-        )?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("import").arg(trace).arg("--store").arg(&d).args(["--compress", codec]);
+        if name.ends_with("dedup") {
+            cmd.arg("--dedup");
+        }
+        let took = command_time(1, &mut cmd)?;
         let store = Store::open(&d)?;
         let stored: u64 = store.segments().iter().map(|s| s.stage1.stored_bytes + s.stage1.index_bytes()).sum();
         imports.push(took.as_secs_f64());
@@ -816,11 +818,11 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
     };
     let lz4 = external("lz4", &["-c"]).ok();
     let zstd = external("zstd", &["-T2", "-3", "-c"]).ok();
-    println!("| measure | plain store | lz4 store | zstd store | goal |");
-    println!("|---|---|---|---|---|");
+    println!("| measure | plain store | lz4 store | zstd store | zstd store, --dedup | goal |");
+    println!("|---|---|---|---|---|---|");
     let rate = |secs: f64| trace_bytes as f64 / secs / 1e6;
     println!(
-        "| import: s (MB/s of trace) | {:.2} ({:.0}) | {:.2} ({:.0}): {:.0}% of plain | {:.2} ({:.0}): {:.0}% of plain | lz4 ≥ 90% of plain |",
+        "| import: s (MB/s of trace) | {:.2} ({:.0}) | {:.2} ({:.0}): {:.0}% of plain | {:.2} ({:.0}): {:.0}% of plain | {:.2} ({:.0}): {:.0}% of plain | lz4 ≥ 90% of plain |",
         imports[0],
         rate(imports[0]),
         imports[1],
@@ -829,18 +831,22 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
         imports[2],
         rate(imports[2]),
         100.0 * imports[0] / imports[2],
+        imports[3],
+        rate(imports[3]),
+        100.0 * imports[0] / imports[3],
     );
     let part = |b: u64| b as f64 / trace_bytes as f64;
     println!(
-        "| store on disk (data and index) / trace | {:.3} | {:.3} | {:.3} | lz4 ≤ 0.6, zstd ≤ 0.45 |",
+        "| store on disk (data and index) / trace | {:.3} | {:.3} | {:.3} | {:.3} | lz4 ≤ 0.6, zstd ≤ 0.45 |",
         part(sizes[0]),
         part(sizes[1]),
-        part(sizes[2])
+        part(sizes[2]),
+        part(sizes[3])
     );
     let ext =
         |x: Option<(f64, u64)>| x.map_or("(not installed)".to_string(), |(t, b)| format!("{:.3} in {t:.2} s", part(b)));
     println!(
-        "| the whole trace compressed (not queryable) / trace | | `lz4`: {} | `zstd -T2 -3`: {} | (the floor) |",
+        "| the whole trace compressed (not queryable) / trace | | `lz4`: {} | `zstd -T2 -3`: {} | | (the floor) |",
         ext(lz4),
         ext(zstd)
     );
@@ -872,12 +878,14 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
         }
         anyhow::ensure!(answers.iter().all(|a| *a == answers[0]), "{what}: the compressed stores answer differently");
         println!(
-            "| {what}, new process: s | {:.4} | {:.4} ({:.2}×) | {:.4} ({:.2}×) | ≤ 1.5× plain |",
+            "| {what}, new process: s | {:.4} | {:.4} ({:.2}×) | {:.4} ({:.2}×) | {:.4} ({:.2}×) | ≤ 1.5× plain |",
             times[0],
             times[1],
             times[1] / times[0],
             times[2],
-            times[2] / times[0]
+            times[2] / times[0],
+            times[3],
+            times[3] / times[0]
         );
     }
     for (name, _) in &forms[1..] {
