@@ -66,6 +66,31 @@ impl Segment {
         Ok(Segment::from_parts(data, index, stage1, data_file, index_file))
     }
 
+    /// The segment whose data file is `path`, if it is one: a file named as a segment's data in a directory that
+    /// holds the segment's index, which names it. `None` for any other file.
+    pub fn of_data_file(path: &Path) -> Result<Option<Segment>, StoreError> {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return Ok(None) };
+        let Some(num) = name.strip_prefix("seg-").and_then(|r| r.split_once('.')) else { return Ok(None) };
+        let (Ok(number), true) = (num.0.parse::<u32>(), num.0.len() == 6 && is_data_ext(num.1)) else {
+            return Ok(None);
+        };
+        let index = path.with_file_name(format!("seg-{number:06}.ptsx"));
+        if !index.is_file() {
+            return Ok(None);
+        }
+        let seg = Segment::open(index)?;
+        Ok((seg.stage1.data_file_name() == name).then_some(seg))
+    }
+
+    /// The segment's data as a plain pcap file (what a plain segment's data file holds), every block checked,
+    /// elided bytes filled in: `pcaptool convert` of a compressed segment.
+    pub fn plain_data(&self) -> Result<Vec<u8>, StoreError> {
+        Ok(match self.read_all()? {
+            SegBytes::Mapped(m) => m.bytes().to_vec(),
+            SegBytes::Raw(v) => v,
+        })
+    }
+
     /// A segment of its files, open, and its stage 1 (read by [`read_stage1`](Self::read_stage1)).
     pub(crate) fn from_parts(
         data: PathBuf,

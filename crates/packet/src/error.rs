@@ -17,7 +17,13 @@ pub enum ErrorKind {
     /// The first bytes are neither a pcap, a pcapng nor a supported compressed-stream magic.
     #[error(
         "not a capture file: first bytes are {found:02x?}, expected a pcap magic (a1b2c3d4, a1b23c4d, a1b2cd34 in either byte order), \
-         the pcapng magic 0a0d0d0a, or gzip/zstd/lz4 compression"
+         the pcapng magic 0a0d0d0a, or gzip/zstd/lz4 compression{}",
+        if found.as_slice() == b"PTDD" {
+            " (PTDD: a deduplicated segment of a pcaptool store, decompressed: `pcaptool convert` its compressed \
+             file beside its index, or query the store)"
+        } else {
+            ""
+        }
     )]
     UnknownMagic {
         /// The bytes found (up to four).

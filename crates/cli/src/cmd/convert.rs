@@ -62,7 +62,17 @@ fn run_inner(args: Args) -> anyhow::Result<ExitCode> {
             args.input.display()
         );
     }
-    let mut reader = TraceReader::open(&args.input)?;
+    // A store's compressed segment is read through its index: every block checked, elided bytes filled in.
+    let segment = pcaptool_flowstore::Segment::of_data_file(&args.input)
+        .with_context(|| format!("cannot read the segment {}", args.input.display()))?
+        .filter(|s| s.stage1.codec.is_compressed());
+    let mut reader = match segment {
+        Some(seg) => TraceReader::from_bytes(
+            seg.plain_data().with_context(|| format!("cannot read the segment {}", args.input.display()))?,
+            Some(args.input.clone()),
+        ),
+        None => TraceReader::open(&args.input)?,
+    };
     reader.read_header()?;
     let container = args.format.unwrap_or(match pcaptool_engine::container_for_name(&args.output) {
         Some(pcaptool_engine::Container::PcapNg) => Format::Pcapng,
