@@ -243,3 +243,95 @@ fn sync_dir(dir: &Path) {
         let _ = d.sync_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ImportOptions;
+    use pcaptool_packet::{LinkType, Need, PcapWriter, TsPrecision};
+
+    /// The packets of a store, in order, as (position, bytes).
+    fn answer(store: &Store) -> Vec<(u64, Vec<u8>)> {
+        let mut v = Vec::new();
+        store
+            .query(&Need::All, &mut |p| {
+                v.push((p.seq, p.data.to_vec()));
+                true
+            })
+            .expect("query");
+        v
+    }
+
+    /// A segment of format version 6 (written before data could be compressed) is read as it is, and compaction
+    /// rewrites it as version 7, compressed, with the same answer; a version 5 one is left as it is.
+    #[test]
+    fn version_6_segments_are_compacted_to_version_7() {
+        let dir = std::env::temp_dir().join(format!("pcaptool-compact-v6-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
+        for i in 0u32..600 {
+            let mut f = vec![0u8; 54 + (i as usize * 13) % 900];
+            f[12..14].copy_from_slice(&[0x08, 0x00]);
+            f[14] = 0x45;
+            let total = (f.len() - 14) as u16;
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+            f[23] = 6;
+            f[26..30].copy_from_slice(&[10, 0, 0, (i % 9) as u8]);
+            f[30..34].copy_from_slice(&[192, 168, 0, 1]);
+            f[34..36].copy_from_slice(&(2000 + (i % 9) as u16).to_be_bytes());
+            f[36..38].copy_from_slice(&80u16.to_be_bytes());
+            f[46] = 5 << 4;
+            for (j, b) in f[54..].iter_mut().enumerate() {
+                *b = (i as usize + j) as u8;
+            }
+            w.write_packet(1_700_000_000_000_000_000 + u64::from(i) * 1000, f.len() as u32, &f).unwrap();
+        }
+        let trace = dir.join("t.pcap");
+        std::fs::write(&trace, w.finish().unwrap()).unwrap();
+        let store_dir = dir.join("store");
+        let mut store = Store::create(&store_dir).unwrap();
+        store.import(&trace, &ImportOptions::default(), &mut |_| {}).unwrap();
+        drop(store);
+        let want = answer(&Store::open(&store_dir).unwrap());
+        // The index as version 6 wrote it: stage 1 without its last 35 bytes (how the data is stored).
+        let index = segment_paths(&store_dir, 0).1;
+        let downgrade = |version: u16| {
+            let b = std::fs::read(&index).unwrap();
+            let s1_len = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+            let body = &b[24..24 + s1_len - 4];
+            let mut s1 = body[..body.len() - 35].to_vec();
+            seal(&mut s1);
+            let mut h = b[..24].to_vec();
+            h[4..6].copy_from_slice(&version.to_le_bytes());
+            h[8..12].copy_from_slice(&(s1.len() as u32).to_le_bytes());
+            let crc = crc32fast::hash(&h[..20]);
+            h[20..24].copy_from_slice(&crc.to_le_bytes());
+            [h, s1, b[24 + s1_len..].to_vec()].concat()
+        };
+        // A copy as version 5 (whose flow table says less of IPv6 extension headers): left as it is.
+        let store5 = dir.join("store5");
+        std::fs::create_dir_all(&store5).unwrap();
+        std::fs::copy(store_dir.join("seg-000000.pcap"), store5.join("seg-000000.pcap")).unwrap();
+        std::fs::write(store5.join("seg-000000.ptsx"), downgrade(5)).unwrap();
+        std::fs::write(&index, downgrade(6)).unwrap();
+        let old = Store::open(&store_dir).unwrap();
+        assert_eq!(old.segments()[0].stage1.version, 6);
+        assert_eq!(answer(&old), want, "version 6 read as it is");
+        drop(old);
+        let mut store = Store::open_writer(&store_dir).unwrap();
+        let st = store.compact(Codec::Zstd { level: 3 }, None, false, &mut |_| {}).unwrap();
+        assert_eq!((st.rewritten, st.old_format), (1, 0));
+        drop(store);
+        let new = Store::open(&store_dir).unwrap();
+        let s1 = &new.segments()[0].stage1;
+        assert_eq!((s1.version, s1.codec, s1.generation), (7, Codec::Zstd { level: 3 }, 1));
+        assert_eq!(answer(&new), want, "compacted to version 7");
+        let mut five = Store::open_writer(&store5).unwrap();
+        assert_eq!(answer(&five), want, "version 5 read as it is");
+        let st = five.compact(Codec::Lz4, None, false, &mut |_| {}).unwrap();
+        assert_eq!((st.rewritten, st.old_format), (0, 1));
+        assert_eq!(five.segments()[0].stage1.version, 5);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
