@@ -413,6 +413,88 @@ pub(crate) fn compress(codec: Codec, raw: &[u8], out: &mut Vec<u8>, z: &mut Zstd
     })
 }
 
+/// Blocks compressed in batches on two threads (the caller's and one helper for the batch), handed on in order:
+/// a segment's close compresses with both processors while the rest of an import or a capture waits for it.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    codec: Codec,
+    /// Raw blocks waiting (the first `n`), their frames and entries once compressed; buffers reused.
+    raw: Vec<Vec<u8>>,
+    framed: Vec<Vec<u8>>,
+    entries: Vec<Option<BlockEntry>>,
+    n: usize,
+    z: [Zstd; 2],
+}
+
+/// Blocks a batch holds.
+const BATCH: usize = 16;
+
+impl Batches {
+    pub(crate) fn new(codec: Codec) -> Batches {
+        Batches {
+            codec,
+            raw: vec![Vec::new(); BATCH],
+            framed: vec![Vec::new(); BATCH],
+            entries: vec![None; BATCH],
+            n: 0,
+            z: [Zstd::default(), Zstd::default()],
+        }
+    }
+
+    /// Adds a raw block; a full batch is compressed and handed to `emit` (each frame with its entry, in order).
+    pub(crate) fn push(
+        &mut self,
+        raw: &[u8],
+        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.raw[self.n].clear();
+        self.raw[self.n].extend_from_slice(raw);
+        self.n += 1;
+        if self.n == BATCH {
+            self.flush(emit)?;
+        }
+        Ok(())
+    }
+
+    /// Compresses the blocks waiting and hands them to `emit`.
+    pub(crate) fn flush(
+        &mut self,
+        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let n = std::mem::take(&mut self.n);
+        if n == 0 {
+            return Ok(());
+        }
+        let codec = self.codec;
+        let work = |raw: &[Vec<u8>], framed: &mut [Vec<u8>], entries: &mut [Option<BlockEntry>], z: &mut Zstd| {
+            for ((r, f), e) in raw.iter().zip(framed.iter_mut()).zip(entries.iter_mut()) {
+                f.clear();
+                *e = Some(compress(codec, r, f, z)?);
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let half = n.div_ceil(2);
+        let (raw_a, raw_b) = self.raw[..n].split_at(half);
+        let (framed_a, framed_b) = self.framed[..n].split_at_mut(half);
+        let (entries_a, entries_b) = self.entries[..n].split_at_mut(half);
+        let [z_a, z_b] = &mut self.z;
+        if raw_b.is_empty() {
+            work(raw_a, framed_a, entries_a, z_a)?;
+        } else {
+            std::thread::scope(|s| {
+                let other = s.spawn(|| work(raw_b, framed_b, entries_b, z_b));
+                let mine = work(raw_a, framed_a, entries_a, z_a);
+                other.join().unwrap_or_else(|_| Err(std::io::Error::other("a compression thread panicked"))).and(mine)
+            })?;
+        }
+        for (f, e) in self.framed[..n].iter().zip(&mut self.entries[..n]) {
+            let e = e.take().ok_or_else(|| std::io::Error::other("a block was not compressed"))?;
+            emit(f, e)?;
+        }
+        Ok(())
+    }
+}
+
 /// Cuts a segment's raw data into blocks as it is written flow by flow: a block ends at the first end of a flow
 /// at or past the block size; a flow that grows past twice the block size alone is cut into block-sized pieces,
 /// and the flows before it close a block of their own.

@@ -12,7 +12,7 @@ use pcaptool_packet::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::blocks::{BlockEntry, BlockMap, Blocker, Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Zstd, compress};
+use crate::blocks::{Batches, BlockEntry, BlockMap, Blocker, Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::bloom::Bloom;
 use crate::codec::{put_varint, seal};
 use crate::dataout::DataOut;
@@ -815,7 +815,7 @@ fn elide_flow(buf: &[u8], sorted: &[u64], at: u64, dd: &mut Deduper, elide: &mut
 /// compressed blocks.
 pub(crate) enum Sink {
     Plain(DataOut),
-    Blocks(BlockSink),
+    Blocks(Box<BlockSink>),
 }
 
 /// What describes the data written: the plain file's checksums, or the compressed blocks and the file's length.
@@ -837,10 +837,8 @@ impl DataMap {
 /// Compressed data: raw bytes cut into blocks between flows ([`Blocker`]), each compressed and written.
 pub(crate) struct BlockSink {
     out: DataOut,
-    codec: Codec,
     blocker: Blocker,
-    z: Zstd,
-    scratch: Vec<u8>,
+    batches: Batches,
     entries: Vec<BlockEntry>,
     stored: u64,
 }
@@ -849,30 +847,35 @@ impl BlockSink {
     fn new(out: DataOut, codec: Codec, block_size: usize) -> BlockSink {
         BlockSink {
             out,
-            codec,
             blocker: Blocker::new(block_size),
-            z: Zstd::default(),
-            scratch: Vec::new(),
+            batches: Batches::new(codec),
             entries: Vec::new(),
             stored: 0,
         }
     }
 }
 
-/// Compresses a raw block and writes it (the fields of a [`BlockSink`] but its blocker, which hands the block).
+/// Hands a raw block to be compressed; writes the blocks compressed (the fields of a [`BlockSink`] but its
+/// blocker, which hands the block).
 fn emit_block(
     raw: &[u8],
-    codec: Codec,
+    batches: &mut Batches,
     out: &mut DataOut,
-    z: &mut Zstd,
-    scratch: &mut Vec<u8>,
     entries: &mut Vec<BlockEntry>,
     stored: &mut u64,
 ) -> std::io::Result<()> {
-    scratch.clear();
-    let e = compress(codec, raw, scratch, z)?;
-    out.put(scratch)?;
-    *stored += scratch.len() as u64;
+    batches.push(raw, &mut |framed, e| write_block(framed, e, out, entries, stored))
+}
+
+fn write_block(
+    framed: &[u8],
+    e: BlockEntry,
+    out: &mut DataOut,
+    entries: &mut Vec<BlockEntry>,
+    stored: &mut u64,
+) -> std::io::Result<()> {
+    out.put(framed)?;
+    *stored += framed.len() as u64;
     entries.push(e);
     Ok(())
 }
@@ -882,7 +885,7 @@ impl Sink {
     /// `codec` in blocks of about `block_size` raw bytes.
     pub(crate) fn new(out: DataOut, codec: Codec, block_size: usize, sums: Vec<u32>) -> Sink {
         if codec.is_compressed() {
-            Sink::Blocks(BlockSink::new(out, codec, block_size))
+            Sink::Blocks(Box::new(BlockSink::new(out, codec, block_size)))
         } else {
             Sink::Plain(out.with_sums(sums))
         }
@@ -893,8 +896,8 @@ impl Sink {
         match self {
             Sink::Plain(out) => out.put(bytes),
             Sink::Blocks(b) => {
-                let BlockSink { out, codec, blocker, z, scratch, entries, stored } = b;
-                blocker.put(bytes, &mut |raw| emit_block(raw, *codec, out, z, scratch, entries, stored))
+                let BlockSink { out, blocker, batches, entries, stored } = &mut **b;
+                blocker.put(bytes, &mut |raw| emit_block(raw, batches, out, entries, stored))
             }
         }
     }
@@ -904,8 +907,8 @@ impl Sink {
         match self {
             Sink::Plain(_) => Ok(()),
             Sink::Blocks(b) => {
-                let BlockSink { out, codec, blocker, z, scratch, entries, stored } = b;
-                blocker.flow_end(&mut |raw| emit_block(raw, *codec, out, z, scratch, entries, stored))
+                let BlockSink { out, blocker, batches, entries, stored } = &mut **b;
+                blocker.flow_end(&mut |raw| emit_block(raw, batches, out, entries, stored))
             }
         }
     }
@@ -918,8 +921,9 @@ impl Sink {
                 Ok((stage, DataMap::Sums(sums.unwrap_or_default())))
             }
             Sink::Blocks(mut b) => {
-                let BlockSink { out, codec, blocker, z, scratch, entries, stored } = &mut b;
-                blocker.finish(&mut |raw| emit_block(raw, *codec, out, z, scratch, entries, stored))?;
+                let BlockSink { out, blocker, batches, entries, stored } = &mut *b;
+                blocker.finish(&mut |raw| emit_block(raw, batches, out, entries, stored))?;
+                batches.flush(&mut |framed, e| write_block(framed, e, out, entries, stored))?;
                 let (stage, _) = b.out.finish()?;
                 Ok((stage, DataMap::Blocks(b.entries, b.stored)))
             }
