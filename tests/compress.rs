@@ -136,6 +136,9 @@ fn compressed_stores_answer_byte_for_byte_as_plain_ones() {
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["id"].as_u64())
             .collect();
+        let info = pcaptool(&["info", p(&plain), "--json"]);
+        let want_packets =
+            serde_json::from_slice::<serde_json::Value>(&info.stdout).unwrap()["packets"].as_u64().unwrap();
         let mut queries: Vec<Vec<String>> = filters.iter().map(|f| vec![f.clone()]).collect();
         queries.extend(ids.iter().step_by(ids.len() / 7 + 1).map(|id| vec!["--flow".into(), id.to_string()]));
         let want: Vec<Result<Vec<u8>, String>> = queries
@@ -172,6 +175,15 @@ fn compressed_stores_answer_byte_for_byte_as_plain_ones() {
             assert_eq!(f.stdout, flows.stdout, "{name} {codec} {block}: flows");
             let v = pcaptool(&["verify", p(&dir)]);
             assert!(v.status.success(), "{name} {codec}: verify: {}", err(&v));
+            // The packets' rows of an export: as many as the plain store's.
+            if name == "generated" {
+                let out = tmp.join(&format!("export-{codec}-{block}-{dedup}"));
+                let e = pcaptool(&["export", p(&dir), "--to", "parquet", "--packets", "--out", p(&out), "--json"]);
+                assert!(e.status.success(), "{}", err(&e));
+                let summary: serde_json::Value =
+                    serde_json::from_str(String::from_utf8_lossy(&e.stdout).lines().last().unwrap()).unwrap();
+                assert_eq!(summary["packets"].as_u64(), Some(want_packets), "{codec}: {summary}");
+            }
             let info = pcaptool(&["info", p(&dir), "--json"]);
             let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
             let (raw, stored) = (info["data_bytes"].as_u64().unwrap(), info["stored_bytes"].as_u64().unwrap());

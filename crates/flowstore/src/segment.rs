@@ -6,7 +6,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use pcaptool_packet::MappedFile;
 
@@ -53,6 +53,32 @@ pub struct Segment {
     sums: OnceLock<Vec<u32>>,
     /// The data file's block directory (compressed data), read when first needed.
     blocks: OnceLock<BlockMap>,
+    /// The blocks decompressed last (compressed data).
+    recent: Mutex<RecentBlocks>,
+}
+
+/// The last few blocks a segment decompressed, so that reading its flows one after another (an export, a flow
+/// list's packets) or an elision's source decompresses each block once, not once per flow.
+#[derive(Debug, Default)]
+struct RecentBlocks {
+    blocks: std::collections::VecDeque<(usize, Vec<u8>)>,
+}
+
+/// Blocks kept (at most 8 × 4 MiB; 2 MiB of Zstandard's default blocks).
+const RECENT: usize = 8;
+
+impl RecentBlocks {
+    fn get(&self, b: usize) -> Option<&[u8]> {
+        self.blocks.iter().find(|x| x.0 == b).map(|x| x.1.as_slice())
+    }
+
+    fn put(&mut self, b: usize, bytes: &[u8]) {
+        let mut buf =
+            if self.blocks.len() >= RECENT { self.blocks.pop_front().map(|x| x.1) } else { None }.unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        self.blocks.push_back((b, buf));
+    }
 }
 
 impl Segment {
@@ -99,7 +125,16 @@ impl Segment {
         data_file: File,
         index_file: File,
     ) -> Segment {
-        Segment { data, index, stage1, data_file, index_file, sums: OnceLock::new(), blocks: OnceLock::new() }
+        Segment {
+            data,
+            index,
+            stage1,
+            data_file,
+            index_file,
+            sums: OnceLock::new(),
+            blocks: OnceLock::new(),
+            recent: Mutex::new(RecentBlocks::default()),
+        }
     }
 
     /// Reads the header and stage 1 of the index file `index` (open as `f`), checking their checksums and that
@@ -347,16 +382,34 @@ impl Segment {
         let mut w = RawWindow::default();
         let mut stored = Vec::new();
         let mut z = Zstd::default();
+        let mut cache = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         for run in wanted {
-            let sr = map.stored_range(run.clone());
-            stored.resize((sr.end - sr.start) as usize, 0);
-            self.data_file.read_exact_at(&mut stored, sr.start).map_err(|e| StoreError::io(&self.data, e))?;
-            for b in run {
-                let at = (map.stored_range(b..b + 1).start - sr.start) as usize;
-                let len = map.entries[b].stored_len as usize;
-                let raw = map.raw_range(b);
-                w.pieces.push((raw.start, w.buf.len()));
-                map.decompress(&self.data, b, &stored[at..at + len], &mut w.buf, &mut z)?;
+            let mut b = run.start;
+            while b < run.end {
+                // Blocks decompressed lately (a flow read after flow, an elision's source) are copied.
+                if let Some(bytes) = cache.get(b) {
+                    w.pieces.push((map.raw_range(b).start, w.buf.len()));
+                    w.buf.extend_from_slice(bytes);
+                    b += 1;
+                    continue;
+                }
+                // The others up to the next one cached: one read.
+                let mut end = b + 1;
+                while end < run.end && cache.get(end).is_none() {
+                    end += 1;
+                }
+                let sr = map.stored_range(b..end);
+                stored.resize((sr.end - sr.start) as usize, 0);
+                self.data_file.read_exact_at(&mut stored, sr.start).map_err(|e| StoreError::io(&self.data, e))?;
+                for k in b..end {
+                    let at = (map.stored_range(k..k + 1).start - sr.start) as usize;
+                    let len = map.entries[k].stored_len as usize;
+                    let from = w.buf.len();
+                    w.pieces.push((map.raw_range(k).start, from));
+                    map.decompress(&self.data, k, &stored[at..at + len], &mut w.buf, &mut z)?;
+                    cache.put(k, &w.buf[from..]);
+                }
+                b = end;
             }
         }
         Ok(w)
