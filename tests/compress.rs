@@ -412,3 +412,52 @@ fn compaction_is_atomic_beside_readers_and_when_killed() {
     }
     println!("compact killed 8 times: {left_behind} left files for the next writer, every answer exact");
 }
+
+/// Every filter of the table (tests/filters.txt) writes the same bytes from compressed stores (LZ4 and
+/// Zstandard, deduplicated or not) as from the plain store, each store answering in one `pcaptool shell`.
+#[test]
+fn the_whole_filter_table_answers_alike_on_compressed_stores() {
+    let tmp = TempDir::new("compress-table");
+    let trace = repeating_trace(&tmp, "gen.pcap", 6_000, 17);
+    let table = pcaptool_tests::filter_table();
+    let answers = |dir: &Path, tag: &str| -> Vec<Option<Vec<u8>>> {
+        let out = tmp.join(&format!("answers-{tag}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let script: String = table
+            .iter()
+            .enumerate()
+            .map(|(k, f)| format!("write {} {f}\n", p(&out.join(format!("{k}.pcap")))))
+            .collect();
+        let mut child = Command::new(pcaptool_bin())
+            .args(["shell", p(dir)])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), script.as_bytes()).unwrap();
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
+        (0..table.len()).map(|k| std::fs::read(out.join(format!("{k}.pcap"))).ok()).collect()
+    };
+    let plain = tmp.join("plain");
+    assert!(import(&[&trace], &plain, &[]).status.success());
+    let want = answers(&plain, "plain");
+    let written = want.iter().filter(|a| a.is_some()).count();
+    assert!(written > table.len() / 2, "{written} of {} filters answered", table.len());
+    for (tag, opts) in [
+        ("lz4-dedup", &["--compress", "lz4", "--block-size", "4K", "--dedup"][..]),
+        ("zstd", &["--compress", "zstd:1", "--block-size", "16K"][..]),
+    ] {
+        let dir = tmp.join(tag);
+        assert!(import(&[&trace], &dir, opts).status.success());
+        let got = answers(&dir, tag);
+        for (k, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!(a == b, "{tag}: `{}`: not the plain store's answer", table[k]);
+        }
+    }
+    println!(
+        "the filter table on compressed stores: {written} answers of {} filters, each byte-identical",
+        table.len()
+    );
+}
