@@ -90,8 +90,8 @@ mod tests {
 /// How a store's new segments keep their packet data (`import`, `capture`, `compact`).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Storage {
-    /// Compress the segments' data: none (plain pcap that tcpdump opens), lz4 (fast, for capture) or zstd[:LEVEL]
-    /// (smaller, for archives; level 1-22, default 3). Queries read any mix.
+    /// Compress the segments' data: none (plain pcap that tcpdump opens), lz4 (fast, for capture), or zstd or
+    /// zstd:LEVEL (smaller, for archives; level 1-22, default 3). Queries read any mix.
     #[arg(long, value_name = "CODEC", default_value = "none")]
     pub compress: pcaptool_flowstore::Codec,
     /// Raw bytes a compressed block aims at (4K to 1M; default 64K for lz4, 256K for zstd): larger blocks

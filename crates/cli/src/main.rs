@@ -74,7 +74,7 @@ enum Command {
     Repair(cmd::maintain::RepairArgs),
     /// Remove a flow store's oldest segments whole until it takes at most --max-size. Takes the writer lock.
     Retain(cmd::maintain::RetainArgs),
-    /// Recompress a flow store's segments (--compress lz4, zstd[:LEVEL] or none), one at a time, each atomically:
+    /// Recompress a flow store's segments (--compress lz4, zstd, zstd:LEVEL or none), one at a time, each atomically:
     /// queries meanwhile read either version. Takes the writer lock.
     Compact(cmd::maintain::CompactArgs),
     /// Merge traces by time into one (as mergecap): interfaces of every input, pcapng when link types differ.
