@@ -265,13 +265,31 @@ pub fn store_from_bytes(input: &[u8]) {
         let n = file.len();
         file.truncate(cut % (n + 1));
     }
-    let dir = fx.dir.join(format!("fuzz-store-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
+    // Only the data damaged: the index is intact, so an answer is the undamaged one.
+    read_damaged(fx, "store", &data, &index, &mut |answered, got| {
+        assert!(
+            !(answered && edit_data && !edit_index) || got == fx.answer,
+            "a damaged data file answered {} packets ({} undamaged) with success",
+            got.len(),
+            fx.answer.len()
+        );
+    });
+}
+
+/// A packet read back: its position and bytes.
+type Packet = (u64, Vec<u8>);
+
+/// Puts the segment of `data` (named as the fixture's data file) and `index` in a store of its own, reads it as
+/// every command does (open, query, flows, a flow list, verify, a query skipping damage) and hands the first
+/// query's outcome and packets to `check`. Never a panic of its own.
+fn read_damaged(fx: &Fixture, tag: &str, data: &[u8], index: &[u8], check: &mut dyn FnMut(bool, &[Packet])) {
+    let dir = fx.dir.join(format!("fuzz-{tag}-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
     let _ = std::fs::remove_dir_all(&dir);
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
-    let (data_path, index_path) = segment_paths(&dir, 0);
-    if std::fs::write(&data_path, &data).is_err() || std::fs::write(&index_path, &index).is_err() {
+    let name = fx.data.file_name().unwrap_or_default();
+    if std::fs::write(dir.join(name), data).is_err() || std::fs::write(segment_paths(&dir, 0).1, index).is_err() {
         return;
     }
     let Ok(mut store) = Store::open(&dir) else { return };
@@ -282,13 +300,7 @@ pub fn store_from_bytes(input: &[u8]) {
             true
         })
         .is_ok();
-    // Only the data damaged: the index is intact, so an answer is the undamaged one.
-    assert!(
-        !(answered && edit_data && !edit_index) || got == fx.answer,
-        "a damaged data file answered {} packets ({} undamaged) with success",
-        got.len(),
-        fx.answer.len()
-    );
+    check(answered, &got);
     for id in [0u64, 1, 7, 500] {
         let _ = store.flow(id, &mut |_| {});
     }
@@ -327,32 +339,9 @@ pub fn block_reader(input: &[u8]) {
     if mode & 2 != 0 {
         reseal_blocks(&mut index, &data);
     }
-    let dir = fx.dir.join(format!("fuzz-blocks-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
-    let _ = std::fs::remove_dir_all(&dir);
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
-    }
-    let name = fx.data.file_name().unwrap_or_default();
-    if std::fs::write(dir.join(name), &data).is_err() || std::fs::write(segment_paths(&dir, 0).1, &index).is_err() {
-        return;
-    }
-    let Ok(mut store) = Store::open(&dir) else { return };
-    let mut got = Vec::new();
-    let answered = store
-        .query(&Need::All, &mut |p| {
-            got.push((p.seq, p.data.to_vec()));
-            true
-        })
-        .is_ok();
-    assert!(!answered || got == fx.answer, "a damaged block answered {} packets with success", got.len());
-    for id in [0u64, 1, 7, 500] {
-        let mut n = 0;
-        let _ = store.flow(id, &mut |_| n += 1);
-    }
-    let _ = store.verify(&mut |_| {});
-    store.set_skip_damaged(true);
-    let _ = store.query(&Need::All, &mut |_| true);
-    let _ = std::fs::remove_dir_all(&dir);
+    read_damaged(fx, "blocks", &data, &index, &mut |answered, got| {
+        assert!(!answered || got == fx.answer, "a damaged block answered {} packets with success", got.len());
+    });
 }
 
 /// Gives every block of the index `index` the checksum of its stored bytes in `data` (as far as the data
