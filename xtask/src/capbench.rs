@@ -204,7 +204,8 @@ fn store_passes_with(dir: &Path, frames: &[Vec<u8>], every: usize, codec: Codec)
                     wirelen: 64,
                     data: f,
                 }))?;
-                ingest.flush()?;
+                // As a capture's flush: the segment is written while the next fills.
+                ingest.close_open()?;
             }
             passes.push(since(c0, t0));
         }

@@ -130,6 +130,12 @@ pub trait Sink {
     fn packet(&mut self, iface: u32, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), SinkError>;
     /// Makes everything taken so far durable and visible.
     fn flush(&mut self) -> Result<(), SinkError>;
+    /// Makes everything taken so far durable and visible soon (every [`CaptureConfig::flush_every`]): the sink
+    /// may go on writing it while it takes more packets, and report a failure at a later call. The default
+    /// flushes; the capture's end always [`flush`](Self::flush)es.
+    fn flush_soon(&mut self) -> Result<(), SinkError> {
+        self.flush()
+    }
     /// Takes packets in order, as [`packet`](Self::packet) would one at a time (which the default does); a
     /// sink given many at once may work ahead (the flow store loads what the next packets' pushes will read).
     /// Returns how many it took (all of them, or up to and including one that failed) and the failure.
@@ -1009,7 +1015,7 @@ fn write_loop(
             }
         }
         if w.failure.is_none() && last_flush.elapsed() >= flush_every {
-            if let Err(e) = w.sink.flush() {
+            if let Err(e) = w.sink.flush_soon() {
                 w.failure = Some(e);
                 w.control.stop();
             }

@@ -11,6 +11,9 @@ use crate::stage1::{SourceMark, StoreMeta};
 use crate::store::{ImportOptions, Store};
 use crate::writer::{PacketIn, SegmentWriter, Spare};
 
+use std::path::PathBuf;
+use std::sync::mpsc;
+
 /// Segments open at once, at most: a new kind of packet beyond them closes the oldest open segment, so that a
 /// trace of many link types keeps its memory bounded (each open segment holds up to its bound).
 pub const MAX_OPEN: usize = 16;
@@ -86,8 +89,10 @@ pub struct Ingest<'s> {
     last: Option<(StoreMeta, usize, u16)>,
     /// The trace the packets come from, marked in every segment written.
     pub(crate) source: Option<SourceMark>,
-    /// Buffers of the last closed segment, for the next one.
-    spare: Spare,
+    /// Buffers of closed segments, for the next ones (at most two: one filling while the other closes).
+    spares: Vec<Spare>,
+    /// The thread that writes full segments while the next ones fill.
+    closer: Closer,
     /// Packets per interface lost with segments that could not be written.
     lost: Vec<(u32, u64)>,
     packets: u64,
@@ -99,6 +104,7 @@ impl<'s> Ingest<'s> {
     pub(crate) fn new(store: &'s mut Store, opts: &ImportOptions) -> Ingest<'s> {
         let (seq, first_flow) = store.next_seq_and_flow();
         let number = store.next_number;
+        let closer = Closer::new(store.dir.clone());
         Ingest {
             tracker: FlowTracker::forgetting(first_flow),
             first_flow,
@@ -110,7 +116,8 @@ impl<'s> Ingest<'s> {
             writers: Vec::new(),
             last: None,
             source: None,
-            spare: Spare::default(),
+            spares: Vec::new(),
+            closer,
             lost: Vec::new(),
             packets: 0,
             segments: 0,
@@ -128,7 +135,10 @@ impl<'s> Ingest<'s> {
         self.first_flow = first;
     }
 
-    /// Adds a packet of kind `meta` from the interface named `iface_name`; closes its segment when full.
+    /// Adds a packet of kind `meta` from the interface named `iface_name`; closes its segment when full. A full
+    /// segment is written on a thread of its own while the next one fills: if it cannot be written, the push
+    /// that closes the next segment (or [`flush`](Self::flush)) returns the error, and both segments' packets are
+    /// counted in [`unsaved`](Self::unsaved).
     #[inline]
     pub fn push(
         &mut self,
@@ -271,7 +281,7 @@ impl<'s> Ingest<'s> {
             let w = self.writers.swap_remove(oldest);
             self.close(w)?;
         }
-        let spare = std::mem::take(&mut self.spare);
+        let spare = self.spares.pop().unwrap_or_default();
         let mut w = SegmentWriter::with_spare(*meta, iface_name, spare);
         w.source = self.source;
         w.set_storage(self.opts.compress, self.opts.block_size, self.opts.dedup);
@@ -286,21 +296,50 @@ impl<'s> Ingest<'s> {
         Ok((i, 0))
     }
 
+    /// Hands a full segment to the closing thread (once the one before it is written: one closes at a time, so
+    /// memory stays bounded and segments appear in their numbers' order). An error is that of the segment
+    /// before, or of this one if it cannot be handed over; the packets of a segment that was not written are
+    /// counted in [`unsaved`](Self::unsaved).
     fn close(&mut self, w: SegmentWriter) -> Result<(), StoreError> {
         self.last = None;
-        if w.packets() > 0 {
-            let counts: Vec<(u32, u64)> = w.iface_counts().collect();
-            if let Err(e) = w.close_keeping(&self.store.dir, self.number, &mut self.spare) {
-                counts.into_iter().for_each(|(iface, n)| self.lose(iface, n));
-                return Err(e);
+        if w.packets() == 0 {
+            if self.spares.len() < 2 {
+                self.spares.push(w.into_spare());
             }
-            let index = segment_paths(&self.store.dir, self.number).1;
-            self.number += 1;
-            self.store.next_number = self.number;
-            self.segments += 1;
-            self.store.segments.push(Segment::open(index)?);
+            return Ok(());
         }
+        let counts: Vec<(u32, u64)> = w.iface_counts().collect();
+        if let Err(e) = self.wait_closed() {
+            counts.into_iter().for_each(|(iface, n)| self.lose(iface, n));
+            return Err(e);
+        }
+        let spare = self.spares.pop().unwrap_or_default();
+        self.closer.send((w, self.number, spare), counts);
+        self.number += 1;
+        self.store.next_number = self.number;
         Ok(())
+    }
+
+    /// Waits for the segment being closed, if any; adds it to the store or counts its packets lost.
+    fn wait_closed(&mut self) -> Result<(), StoreError> {
+        let Some((closed, counts)) = self.closer.wait() else { return Ok(()) };
+        if self.spares.len() < 2 {
+            self.spares.push(closed.spare);
+        }
+        match closed.result {
+            Ok(segment) => {
+                self.segments += 1;
+                self.store.segments.push(segment);
+                Ok(())
+            }
+            Err(e) => {
+                // Its number goes to the next segment, as if it had never been handed over.
+                counts.into_iter().for_each(|(iface, n)| self.lose(iface, n));
+                self.number -= 1;
+                self.store.next_number = self.number;
+                Err(e)
+            }
+        }
     }
 
     /// Accounts a packet to its flow without storing it (a packet an interrupted import stored already), so
@@ -324,6 +363,17 @@ impl<'s> Ingest<'s> {
     /// the error is returned and its packets (and those of the segments after it) are counted in
     /// [`unsaved`](Self::unsaved).
     pub fn flush(&mut self) -> Result<(), StoreError> {
+        let handed = self.close_open();
+        let last = self.wait_closed();
+        handed.and(last)
+    }
+
+    /// Closes every open segment without waiting for the last one to be written (as [`flush`](Self::flush)
+    /// does): it becomes visible to queries (of other processes; this one's store lists it once waited for)
+    /// when complete, while packets go on coming. If one cannot be written, the error is returned (here or by
+    /// the next close) and its packets (and those of the segments after it) are counted in
+    /// [`unsaved`](Self::unsaved).
+    pub fn close_open(&mut self) -> Result<(), StoreError> {
         // Oldest first: the segment holding the earliest packet gets the lowest number.
         self.writers.sort_by_key(|w| w.first_seq());
         self.last = None;
@@ -343,15 +393,18 @@ impl<'s> Ingest<'s> {
     /// segment that could not be written.
     pub fn unsaved(&self, iface: u32) -> u64 {
         let open: u64 = self.writers.iter().map(|w| w.iface_packets(iface)).sum();
-        open + self.lost.iter().filter(|l| l.0 == iface).map(|l| l.1).sum::<u64>()
+        let closing = self.closer.closing(iface);
+        open + closing + self.lost.iter().filter(|l| l.0 == iface).map(|l| l.1).sum::<u64>()
     }
 
-    /// Prepares the memory of the next segment: `bytes` for its packets (each takes its pcap record, 16 bytes
-    /// and its captured bytes, plus 24 bytes beside it), written once so that pushing into it never waits
-    /// for the kernel to provide a page. A capture calls this before packets arrive (n2disk preallocates so
-    /// too); a closed segment's memory goes on to the next, so it stays ready.
+    /// Prepares the memory of the next two segments (one fills while the one before it is written): `bytes`
+    /// each for their packets (each takes its pcap record, 16 bytes and its captured bytes, plus 24 bytes beside
+    /// it), written once so that pushing into them never waits for the kernel to provide a page. A capture
+    /// calls this before packets arrive (n2disk preallocates so too); a closed segment's memory goes on to a
+    /// later one, so it stays ready.
     pub fn reserve(&mut self, bytes: usize) {
-        self.spare.touch(bytes);
+        self.spares.resize_with(2, Spare::default);
+        self.spares.iter_mut().for_each(|s| s.touch(bytes));
     }
 
     /// Packets pushed so far.
@@ -393,6 +446,120 @@ impl<'s> Ingest<'s> {
         }
         self.flush()?;
         Ok((self.packets, self.segments))
+    }
+}
+
+impl Drop for Ingest<'_> {
+    /// Waits for the segment being written, so that the store lists it (an ingest dropped without
+    /// [`finish`](Ingest::finish) keeps what it closed).
+    fn drop(&mut self) {
+        let _ = self.wait_closed();
+    }
+}
+
+/// A segment closed: the segment, or why it could not be written, and its writer's buffers.
+struct Closed {
+    result: Result<Segment, StoreError>,
+    spare: Spare,
+}
+
+impl std::fmt::Debug for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closed").field("result", &self.result.as_ref().map(|s| &s.index)).finish_non_exhaustive()
+    }
+}
+
+/// A segment for the closing thread: its writer, its number, and buffers to hand back in the writer's place.
+type Job = (SegmentWriter, u32, Spare);
+
+/// Closes a segment (the closing thread's whole work).
+fn close_one(dir: &std::path::Path, (w, number, mut spare): Job) -> Closed {
+    let result = w.close_keeping(dir, number, &mut spare).and_then(|_| Segment::open(segment_paths(dir, number).1));
+    Closed { result, spare }
+}
+
+/// A segment being closed: its packets per interface, and what became of it if that is known already.
+type Busy = (Vec<(u32, u64)>, Option<Closed>);
+
+/// The thread that closes full segments, one at a time, while the ingest goes on: compressing and writing a
+/// segment takes about as long as filling the next.
+#[derive(Debug)]
+struct Closer {
+    dir: PathBuf,
+    /// The thread, started with the first segment.
+    thread: Option<(mpsc::SyncSender<Job>, mpsc::Receiver<Closed>, std::thread::JoinHandle<()>)>,
+    /// The segment being closed: its packets per interface, and its outcome if it was closed on the ingest's
+    /// thread (no closing thread could start).
+    busy: Option<Busy>,
+}
+
+impl Closer {
+    fn new(dir: PathBuf) -> Closer {
+        Closer { dir, thread: None, busy: None }
+    }
+
+    /// Starts closing a segment (the one before it has been waited for); `counts` are its packets per
+    /// interface.
+    fn send(&mut self, job: Job, counts: Vec<(u32, u64)>) {
+        debug_assert!(self.busy.is_none());
+        if self.thread.is_none() {
+            let (jobs, todo) = mpsc::sync_channel::<Job>(1);
+            let (report, done) = mpsc::sync_channel(1);
+            let dir = self.dir.clone();
+            let spawned = std::thread::Builder::new().name("pcaptool-close".into()).spawn(move || {
+                for job in todo {
+                    if report.send(close_one(&dir, job)).is_err() {
+                        break;
+                    }
+                }
+            });
+            if let Ok(handle) = spawned {
+                self.thread = Some((jobs, done, handle));
+            }
+        }
+        let job = match &self.thread {
+            Some((jobs, ..)) => match jobs.send(job) {
+                Ok(()) => {
+                    self.busy = Some((counts, None));
+                    return;
+                }
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        // No closing thread: the segment is closed here.
+        self.busy = Some((counts, Some(close_one(&self.dir, job))));
+    }
+
+    /// Waits for the segment being closed, if any: what became of it, and its packets per interface.
+    fn wait(&mut self) -> Option<(Closed, Vec<(u32, u64)>)> {
+        let (counts, closed) = self.busy.take()?;
+        let closed = match closed {
+            Some(c) => c,
+            None => match self.thread.as_ref().and_then(|(_, done, _)| done.recv().ok()) {
+                Some(c) => c,
+                None => {
+                    self.thread = None;
+                    let why = std::io::Error::other("the thread writing a segment stopped before it was complete");
+                    Closed { result: Err(StoreError::io(&self.dir, why)), spare: Spare::default() }
+                }
+            },
+        };
+        Some((closed, counts))
+    }
+
+    /// Packets of interface `iface` in the segment being closed.
+    fn closing(&self, iface: u32) -> u64 {
+        self.busy.as_ref().map_or(0, |(c, _)| c.iter().filter(|c| c.0 == iface).map(|c| c.1).sum())
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        if let Some((jobs, done, handle)) = self.thread.take() {
+            drop((jobs, done));
+            let _ = handle.join();
+        }
     }
 }
 
@@ -609,7 +776,8 @@ mod tests {
         let mut store = Store::create(&dir).expect("store");
         let mut ingest =
             store.ingest(&ImportOptions { segment_packets: 10, ..ImportOptions::default() }).expect("writer");
-        // The segment closing at the 10th packet cannot be written.
+        // The segment closing at the 10th packet cannot be written; that is known when the next one closes, at
+        // the 20th, whose packets are lost with it.
         std::fs::remove_dir_all(&dir).expect("remove the store's directory");
         let frames: Vec<Vec<u8>> = (0..30).map(|i| frame(i % 6, false, 60)).collect();
         let r = ingest.push_all(frames.iter().map(|f| Incoming {
@@ -620,7 +788,47 @@ mod tests {
             data: f,
         }));
         assert!(matches!(r, Err(StoreError::Io { .. })), "{r:?}");
-        assert_eq!(ingest.packets(), 10);
-        assert_eq!(ingest.unsaved(0), 10);
+        assert_eq!(ingest.packets(), 20);
+        assert_eq!(ingest.unsaved(0), 20);
+    }
+
+    /// Segments are written on the closing thread while the next fill: `close_open` hands them over without
+    /// waiting, `flush` waits, and an ingest dropped without `finish` keeps every segment it handed over.
+    #[test]
+    fn segments_close_behind_the_ingest_and_none_is_lost() {
+        let dir = std::env::temp_dir().join(format!("pcaptool-closer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut store = Store::create(&dir).expect("store");
+        let frames: Vec<Vec<u8>> = (0..35).map(|i| frame(i % 8, i % 3 == 0, 60 + i)).collect();
+        let push = |ingest: &mut Ingest<'_>, from: usize, to: usize| {
+            for f in &frames[from..to] {
+                ingest.push(meta(0), "a", 1, f.len() as u32, f).expect("push");
+            }
+        };
+        {
+            let mut ingest =
+                store.ingest(&ImportOptions { segment_packets: 10, ..ImportOptions::default() }).expect("writer");
+            push(&mut ingest, 0, 25);
+            assert_eq!(ingest.unsaved(0), 25 - ingest.segments as u64 * 10);
+            ingest.close_open().expect("close_open");
+            push(&mut ingest, 25, 35);
+            ingest.flush().expect("flush");
+            assert_eq!((ingest.segments, ingest.unsaved(0)), (4, 0));
+            push(&mut ingest, 0, 12);
+            // Dropped with one segment handed over and two packets open.
+        }
+        let counts: Vec<u64> = store.segments().iter().map(|s| s.stage1.packets).collect();
+        assert_eq!(counts, [10, 10, 5, 10, 10]);
+        let reopened = Store::open(&dir).expect("open");
+        let listed: Vec<(u32, u64)> = reopened.segments().iter().map(|s| (s.stage1.number, s.stage1.packets)).collect();
+        assert_eq!(listed, [(0, 10), (1, 10), (2, 5), (3, 10), (4, 10)]);
+        // Every flow's packets read back from the segments written behind the ingest.
+        let mut n = 0u64;
+        for f in reopened.flows(&Need::All).expect("flows") {
+            assert!(reopened.flow(f.id, &mut |_| n += 1).expect("flow"));
+        }
+        let arp = |fs: &[Vec<u8>]| fs.iter().filter(|f| f[12..14] == [0x08, 0x06]).count() as u64;
+        assert_eq!(n + arp(&frames) + arp(&frames[..12]), 45);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

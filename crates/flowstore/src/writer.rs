@@ -504,6 +504,11 @@ impl SegmentWriter {
         r
     }
 
+    /// The writer's buffers, for another (a writer closed without packets).
+    pub(crate) fn into_spare(self) -> Spare {
+        self.mem
+    }
+
     fn close_in_place(&mut self, dir: &Path, number: u32) -> Result<Stage1, StoreError> {
         let index_path = segment_paths(dir, number).1;
         let data_path = dir.join(data_file_name(number, 0, self.codec));

@@ -124,6 +124,15 @@ struct StoreSink<'s> {
     max_size: Option<u64>,
 }
 
+impl StoreSink<'_> {
+    fn retain(&mut self) -> Result<(), SinkError> {
+        if let Some(max) = self.max_size {
+            self.ingest.retain_size(max)?;
+        }
+        Ok(())
+    }
+}
+
 impl Sink for StoreSink<'_> {
     fn packet(&mut self, iface: u32, ts_ns: u64, wirelen: u32, data: &[u8]) -> Result<(), SinkError> {
         let (meta, name) = &self.kinds[iface as usize];
@@ -132,10 +141,13 @@ impl Sink for StoreSink<'_> {
 
     fn flush(&mut self) -> Result<(), SinkError> {
         self.ingest.flush()?;
-        if let Some(max) = self.max_size {
-            self.ingest.retain_size(max)?;
-        }
-        Ok(())
+        self.retain()
+    }
+
+    fn flush_soon(&mut self) -> Result<(), SinkError> {
+        // The last segment is written while packets go on coming.
+        self.ingest.close_open()?;
+        self.retain()
     }
 
     fn packets(&mut self, packets: &mut dyn Iterator<Item = SinkPacket<'_>>) -> (u64, Result<(), SinkError>) {
