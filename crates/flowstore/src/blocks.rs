@@ -212,6 +212,11 @@ impl BlockMap {
         s
     }
 
+    /// Whether elision `e`'s source is stored bytes (see [`crate::dedup::source_is_stored`]).
+    pub(crate) fn source_is_stored(&self, e: &Elision) -> bool {
+        crate::dedup::source_is_stored(&self.elisions, e)
+    }
+
     /// The elisions that meet the raw bytes `r`, in order.
     pub(crate) fn elisions_in(&self, r: Range<u64>) -> impl Iterator<Item = &Elision> {
         let i = self.elisions.partition_point(|e| e.raw + e.len <= r.start);

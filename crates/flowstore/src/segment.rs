@@ -311,6 +311,13 @@ impl Segment {
         for r in &merged {
             wanted.push(map.to_stream(r.start)..map.to_stream(r.end));
             for e in map.elisions_in(r.clone()) {
+                if !map.source_is_stored(e) {
+                    return Err(StoreError::Corrupt {
+                        path: self.index.clone(),
+                        offset: self.stage1.stage2_at + self.stage1.stage2_len + self.stage1.positions_len,
+                        why: format!("elisions: the source of raw bytes {}..{} is elided itself", e.raw, e.raw + e.len),
+                    });
+                }
                 wanted.push(map.to_stream(e.src)..map.to_stream(e.src + e.len));
             }
         }
@@ -380,6 +387,8 @@ impl Segment {
             }
         }
         let mut w = RawWindow::default();
+        let raw_total: u64 = wanted.iter().map(|r| map.raw_range(r.end - 1).end - map.raw_range(r.start).start).sum();
+        w.buf.reserve(usize::try_from(raw_total).unwrap_or(0));
         let mut stored = Vec::new();
         let mut z = Zstd::default();
         let mut cache = self.recent.lock().unwrap_or_else(|e| e.into_inner());
@@ -407,7 +416,10 @@ impl Segment {
                     let from = w.buf.len();
                     w.pieces.push((map.raw_range(k).start, from));
                     map.decompress(&self.data, k, &stored[at..at + len], &mut w.buf, &mut z)?;
-                    cache.put(k, &w.buf[from..]);
+                    // The blocks a neighbouring read may share: a run's ends (its inner blocks are its own).
+                    if k == run.start || k + 1 == run.end {
+                        cache.put(k, &w.buf[from..]);
+                    }
                 }
                 b = end;
             }
