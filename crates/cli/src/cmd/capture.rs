@@ -112,9 +112,10 @@ pub(crate) struct Args {
     service: crate::cmd::serve::ServiceArgs,
 }
 
-/// Memory a capture prepares for its open segment's packets before it starts (`Ingest::reserve`): room for about
-/// 1.1 million 60-byte packets with their record headers and what the store keeps beside each, or 64 MiB of
-/// 1,514-byte ones. A segment that grows past it faults its pages in as it goes, once: the next segment reuses it.
+/// Memory a capture prepares for each of two segments' packets before it starts (`Ingest::reserve`: one fills
+/// while the one before it is written): room for about 1.1 million 60-byte packets with their record headers and
+/// what the store keeps beside each, or 64 MiB of 1,514-byte ones. A segment that grows past it faults its pages
+/// in as it goes, once: later segments reuse it.
 const SEGMENT_RESERVE: u64 = 96 << 20;
 
 /// The flow store as a capture sink: each interface its own kind of segment.
