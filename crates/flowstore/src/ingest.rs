@@ -332,6 +332,8 @@ impl<'s> Ingest<'s> {
                 self.store.segments.push(segment);
                 Ok(())
             }
+            // Written, but it could not be opened: its packets are stored and its number is taken.
+            Err(e) if closed.written => Err(e),
             Err(e) => {
                 // Its number goes to the next segment, as if it had never been handed over.
                 counts.into_iter().for_each(|(iface, n)| self.lose(iface, n));
@@ -460,6 +462,8 @@ impl Drop for Ingest<'_> {
 /// A segment closed: the segment, or why it could not be written, and its writer's buffers.
 struct Closed {
     result: Result<Segment, StoreError>,
+    /// Whether its files are complete (an error after that is in opening them: the packets are stored).
+    written: bool,
     spare: Spare,
 }
 
@@ -474,8 +478,10 @@ type Job = (SegmentWriter, u32, Spare);
 
 /// Closes a segment (the closing thread's whole work).
 fn close_one(dir: &std::path::Path, (w, number, mut spare): Job) -> Closed {
-    let result = w.close_keeping(dir, number, &mut spare).and_then(|_| Segment::open(segment_paths(dir, number).1));
-    Closed { result, spare }
+    let written = w.close_keeping(dir, number, &mut spare);
+    let ok = written.is_ok();
+    let result = written.and_then(|_| Segment::open(segment_paths(dir, number).1));
+    Closed { result, written: ok, spare }
 }
 
 /// A segment being closed: its packets per interface, and what became of it if that is known already.
@@ -541,7 +547,7 @@ impl Closer {
                 None => {
                     self.thread = None;
                     let why = std::io::Error::other("the thread writing a segment stopped before it was complete");
-                    Closed { result: Err(StoreError::io(&self.dir, why)), spare: Spare::default() }
+                    Closed { result: Err(StoreError::io(&self.dir, why)), written: false, spare: Spare::default() }
                 }
             },
         };

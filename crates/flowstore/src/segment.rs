@@ -312,11 +312,10 @@ impl Segment {
             wanted.push(map.to_stream(r.start)..map.to_stream(r.end));
             for e in map.elisions_in(r.clone()) {
                 if !map.source_is_stored(e) {
-                    return Err(StoreError::Corrupt {
-                        path: self.index.clone(),
-                        offset: self.stage1.stage2_at + self.stage1.stage2_len + self.stage1.positions_len,
-                        why: format!("elisions: the source of raw bytes {}..{} is elided itself", e.raw, e.raw + e.len),
-                    });
+                    let at = self.stage1.stage2_at + self.stage1.stage2_len + self.stage1.positions_len;
+                    let why =
+                        format!("elisions: the source of raw bytes {}..{} is elided itself", e.raw, e.raw + e.len);
+                    return Err(self.corrupt(at, &why));
                 }
                 wanted.push(map.to_stream(e.src)..map.to_stream(e.src + e.len));
             }
