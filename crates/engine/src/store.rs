@@ -113,18 +113,18 @@ impl StoreSource {
         for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
             passed += 1;
             let s2 = seg.stage2().map_err(|e| self.read_error(e))?;
-            if !s2.no_flow_may_match(&need) {
-                no_flow_skipped += u64::from(s2.no_flow_entry().map_err(|e| self.read_error(e))?.packets);
-            }
             let entries = s2.candidates(&need).map_err(|e| self.read_error(e))?;
+            let mut no_flow_read = 0;
             for e in entries.iter().filter(|e| e.packets > 0) {
                 if e.is_no_flow() {
-                    no_flow += u64::from(e.packets);
+                    no_flow_read += u64::from(e.packets);
                 } else {
                     flows += 1;
                 }
                 bytes += e.data_len;
             }
+            no_flow += no_flow_read;
+            no_flow_skipped += s2.no_flow_packets().map_err(|e| self.read_error(e))?.saturating_sub(no_flow_read);
         }
         let segments = store.segments().len();
         let (strategy, sentence) = match req.flow {

@@ -31,8 +31,8 @@ pub struct CompactStats {
     pub rewritten: u32,
     /// Segments already stored with the codec asked for, left as they are.
     pub kept: u32,
-    /// Segments of a format before version 6, left as they are (version 6 is version 7's stage 2: its segments
-    /// are rewritten as version 7).
+    /// Segments of a format before version 6, left as they are (version 6 has version 7's stage 2: its segments
+    /// are rewritten as version 7; later versions keep theirs).
     pub old_format: u32,
     /// Raw bytes of the segments rewritten.
     pub raw_bytes: u64,
@@ -174,7 +174,9 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
         stage1.elisions_len = u32::try_from(e.len()).map_err(too_many)?;
         part.extend_from_slice(&e);
     }
-    stage1.version = crate::format::VERSION;
+    // Stage 2 is copied as it is: a version 6 segment becomes version 7 (the same stage 2, data that may be
+    // compressed); version 7 and later keep theirs (version 8 groups the packets of no flow in stage 2).
+    stage1.version = s1.version.max(7);
     stage1.codec = t.codec;
     stage1.dedup = t.dedup;
     stage1.generation = t.generation;
@@ -188,7 +190,7 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     let mut rest = vec![0u8; usize::try_from(s1.stage2_len + s1.positions_len).unwrap_or(0)];
     let f = File::open(&seg.index).map_err(|e| StoreError::io(&seg.index, e))?;
     f.read_exact_at(&mut rest, s1.stage2_at).map_err(|e| StoreError::io(&seg.index, e))?;
-    write_index(index_tmp, Vec::new(), &[&body, &rest, &[], &part])?;
+    write_index(index_tmp, stage1.version, Vec::new(), &[&body, &rest, &[], &part])?;
     Ok(())
 }
 
@@ -296,10 +298,16 @@ mod tests {
         let want = answer(&Store::open(&store_dir).unwrap());
         // The index as version 6 wrote it: stage 1 without its last 35 bytes (how the data is stored).
         let index = segment_paths(&store_dir, 0).1;
+        // Its stage 2 as version 7 wrote it: one summary of the packets of no flow.
         let downgrade = |version: u16| {
             let b = std::fs::read(&index).unwrap();
             let s1_len = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
-            let body = &b[24..24 + s1_len - 4];
+            let mut s1 = crate::stage1::Stage1::decode(&b[24..24 + s1_len - 4], 8).unwrap();
+            let s2_at = 24 + s1_len;
+            let s2_end = s2_at + s1.stage2_len as usize;
+            let s2 = crate::stage2::as_format_7(&b[s2_at..s2_end]);
+            s1.stage2_len = s2.len() as u64;
+            let body = s1.encode();
             let mut s1 = body[..body.len() - 35].to_vec();
             seal(&mut s1);
             let mut h = b[..24].to_vec();
@@ -307,7 +315,7 @@ mod tests {
             h[8..12].copy_from_slice(&(s1.len() as u32).to_le_bytes());
             let crc = crc32fast::hash(&h[..20]);
             h[20..24].copy_from_slice(&crc.to_le_bytes());
-            [h, s1, b[24 + s1_len..].to_vec()].concat()
+            [h, s1, s2, b[s2_end..].to_vec()].concat()
         };
         // A copy as version 5 (whose flow table says less of IPv6 extension headers): left as it is.
         let store5 = dir.join("store5");

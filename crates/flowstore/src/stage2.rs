@@ -263,6 +263,154 @@ pub(crate) struct NoFlowSets {
     ports: rustc_hash::FxHashSet<u16>,
 }
 
+/// Groups of packets of no flow a segment keeps apart at most (format 8); the packets of a key that comes once
+/// this many groups exist join the group its hash names.
+pub(crate) const MAX_NO_FLOW_GROUPS: usize = 256;
+
+/// One group of a segment's packets of no flow (format 8): packets of one network protocol and one pair of
+/// addresses (ARP's sender and target, say), or several such keys once there are [`MAX_NO_FLOW_GROUPS`]. A
+/// group's packets lie together in the data file and its positions together too, the first of them absolute,
+/// so that a needle reads (and decompresses) only the groups whose summary allows a match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NoFlowGroup {
+    pub packets: u64,
+    pub data_len: u64,
+    pub positions_len: u64,
+    pub summary: NoFlow,
+}
+
+impl NoFlowGroup {
+    fn encode(groups: &[NoFlowGroup]) -> Vec<u8> {
+        let mut o = Vec::new();
+        put_varint(&mut o, groups.len() as u64);
+        for g in groups {
+            let s = g.summary.encode();
+            for v in [g.packets, g.data_len, g.positions_len, s.len() as u64] {
+                put_varint(&mut o, v);
+            }
+            o.extend_from_slice(&s);
+        }
+        o
+    }
+
+    fn decode(b: &[u8]) -> Result<Vec<NoFlowGroup>, String> {
+        let mut at = 0;
+        let n = get_varint(b, &mut at).ok_or("truncated")?;
+        if n > MAX_NO_FLOW_GROUPS as u64 {
+            return Err(format!("{n} groups (at most {MAX_NO_FLOW_GROUPS})"));
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let mut v = [0u64; 4];
+            for x in &mut v {
+                *x = get_varint(b, &mut at).ok_or("truncated")?;
+            }
+            let [packets, data_len, positions_len, len] = v;
+            let s = at
+                .checked_add(usize::try_from(len).unwrap_or(usize::MAX))
+                .and_then(|end| b.get(at..end))
+                .ok_or("a group's summary past the end")?;
+            at += s.len();
+            if packets == 0 || positions_len < packets || packets.checked_mul(16).is_none_or(|m| data_len < m) {
+                return Err(format!("group {i}: {packets} packets in {data_len} bytes, {positions_len} of positions"));
+            }
+            out.push(NoFlowGroup { packets, data_len, positions_len, summary: NoFlow::decode(s)? });
+        }
+        if at != b.len() {
+            return Err("bytes after the groups".into());
+        }
+        Ok(out)
+    }
+}
+
+/// How a writer groups its packets of no flow (see [`NoFlowGroup`]): per group what its packets hold and the
+/// position of its last packet, and each packet's group in the order they came.
+#[derive(Debug, Default)]
+pub(crate) struct NoFlowGroups {
+    pub sets: Vec<NoFlowSets>,
+    pub last: Vec<u64>,
+    pub of_packet: Vec<u16>,
+    by_key: rustc_hash::FxHashMap<u64, u16>,
+}
+
+impl NoFlowGroups {
+    /// The group of a packet of no flow with `fields` (`None`: of a link type whose fields are not read), its
+    /// fields noted in the group's summary. The packet's position goes to `last` of that group.
+    pub(crate) fn note(&mut self, fields: Option<&pcaptool_packet::PacketFields<'_>>) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        if let Some(fields) = fields {
+            let r = fields.reader();
+            let v = |f: Field| match r.get(f) {
+                pcaptool_packet::FieldValue::Value(v) => Some(v),
+                _ => None,
+            };
+            let pair = |a: Option<u128>, b: Option<u128>| (a.min(b), a.max(b));
+            (v(Field::LinkProto), v(Field::IpProto)).hash(&mut h);
+            pair(v(Field::Ip4Src).or(v(Field::ArpSpa)), v(Field::Ip4Dst).or(v(Field::ArpTpa))).hash(&mut h);
+            pair(v(Field::Ip6Src), v(Field::Ip6Dst)).hash(&mut h);
+        } else {
+            u64::MAX.hash(&mut h);
+        }
+        let key = h.finish();
+        let n = self.sets.len();
+        let g = match self.by_key.get(&key) {
+            Some(&g) => usize::from(g),
+            None if n < MAX_NO_FLOW_GROUPS => {
+                self.by_key.insert(key, n as u16);
+                self.sets.push(NoFlowSets::default());
+                self.last.push(0);
+                n
+            }
+            None => (key % MAX_NO_FLOW_GROUPS as u64) as usize,
+        };
+        if let Some(fields) = fields {
+            NoFlow::note(&mut self.sets[g], fields);
+        }
+        self.of_packet.push(g as u16);
+        g
+    }
+}
+
+impl NoFlowGroups {
+    /// Orders `sorted`, the packets of no flow as they came (one per [`note`](Self::note)), by group, stably;
+    /// returns where each group ends in it. `None` when they are not as many as were noted.
+    pub(crate) fn order(&self, sorted: &mut [u64]) -> Option<Vec<usize>> {
+        if sorted.len() != self.of_packet.len() {
+            return None;
+        }
+        let mut ends = vec![0usize; self.sets.len()];
+        for &g in &self.of_packet {
+            ends[usize::from(g)] += 1;
+        }
+        let mut at = 0;
+        let mut start = ends.clone();
+        for (e, s) in ends.iter_mut().zip(&mut start) {
+            *s = at;
+            at += *e;
+            *e = at;
+        }
+        let was = sorted.to_vec();
+        for (&p, &g) in was.iter().zip(&self.of_packet) {
+            let s = &mut start[usize::from(g)];
+            sorted[*s] = p;
+            *s += 1;
+        }
+        Some(ends)
+    }
+}
+
+/// What stage 2 says of the packets of no flow.
+#[derive(Debug)]
+enum NoFlowIndex {
+    /// Nothing (before format 4): they may match anything.
+    Unknown,
+    /// One summary of them all (formats 4 to 7).
+    One(NoFlow),
+    /// Their groups, in data order (format 8).
+    Groups(Vec<NoFlowGroup>),
+}
+
 /// What the writer knows of one slot.
 pub(crate) struct SlotIn<'a> {
     pub flow: &'a Flow,
@@ -451,7 +599,7 @@ impl Endpoints {
 pub(crate) fn encode(
     slots: &[SlotIn<'_>],
     ends: &Endpoints,
-    no_flow: &NoFlow,
+    no_flow: &[NoFlowGroup],
     t_min: u64,
     positions: &[u8],
 ) -> Vec<u8> {
@@ -560,7 +708,7 @@ pub(crate) fn encode(
     }
 
     let (dict_z, post_z) = (compress(&dict), compress(&post));
-    let no_flow = no_flow.encode();
+    let no_flow = NoFlowGroup::encode(no_flow);
     let mut out = Vec::with_capacity(FIXED + dict_z.len() + post_z.len() + dir.len() + blocks.len() + 4);
     for v in [n4, addrs.len() - n4, ports.len(), slots.len().div_ceil(BLOCK_FLOWS)] {
         out.extend_from_slice(&(v as u32).to_le_bytes());
@@ -578,6 +726,41 @@ pub(crate) fn encode(
     out.extend_from_slice(&post_z);
     out.extend_from_slice(&blocks);
     out
+}
+
+/// Stage 2 of format 8 (`b`) as format 7 wrote it: the groups of packets of no flow as one summary.
+#[cfg(test)]
+pub(crate) fn as_format_7(b: &[u8]) -> Vec<u8> {
+    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize;
+    let (n_blocks, dict_z, no_flow_len) = (u32_at(12), u32_at(16), u32_at(36));
+    let nf_at = FIXED + dict_z + n_blocks * DIR_ENTRY;
+    let groups = NoFlowGroup::decode(&b[nf_at..nf_at + no_flow_len]).unwrap();
+    let mut all = NoFlow::default();
+    for g in groups {
+        let s = g.summary;
+        all.cut |= s.cut;
+        all.links.extend(s.links);
+        all.protos.extend(s.protos);
+        all.v4.extend(s.v4);
+        all.v6.extend(s.v6);
+        all.ports.extend(s.ports);
+    }
+    fn norm<T: Ord>(v: &mut Vec<T>) {
+        v.sort_unstable();
+        v.dedup();
+    }
+    norm(&mut all.links);
+    norm(&mut all.protos);
+    norm(&mut all.v4);
+    norm(&mut all.v6);
+    norm(&mut all.ports);
+    let one = all.encode();
+    let mut head = [&b[..nf_at], &one[..]].concat();
+    head[36..40].copy_from_slice(&(one.len() as u32).to_le_bytes());
+    let crc = crc32fast::hash(&head);
+    head.extend_from_slice(&crc.to_le_bytes());
+    head.extend_from_slice(&b[nf_at + no_flow_len + 4..]);
+    head
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -637,8 +820,8 @@ pub struct Stage2 {
     dir: Vec<Dir>,
     /// Flow entries per block.
     block_flows: usize,
-    /// What the packets of no flow hold (`None` before format 4: they may match anything).
-    no_flow: Option<NoFlow>,
+    /// What the packets of no flow hold.
+    no_flow: NoFlowIndex,
 }
 
 /// Where stage 2's bytes are: the mapped index file (or, in tests, memory).
@@ -757,9 +940,11 @@ impl Stage2 {
         }
         let post_z = (base + post_at, post_z, post_raw, post_crc);
         let no_flow = match frame.version {
-            4.. => Some(NoFlow::decode(no_flow_bytes).map_err(|why| corrupt(format!("packets of no flow: {why}")))?),
-            _ => None,
-        };
+            8.. => NoFlowGroup::decode(no_flow_bytes).map(NoFlowIndex::Groups),
+            4.. => NoFlow::decode(no_flow_bytes).map(NoFlowIndex::One),
+            _ => Ok(NoFlowIndex::Unknown),
+        }
+        .map_err(|why| corrupt(format!("packets of no flow: {why}")))?;
         Ok(Stage2 {
             path: path.to_path_buf(),
             at,
@@ -952,7 +1137,8 @@ impl Stage2 {
         Ok(out)
     }
 
-    /// Checks every part (posting lists, every block and its positions) and returns every entry, slot 0 first.
+    /// Checks every part (posting lists, every block and its positions) and returns every entry, those of no flow
+    /// first.
     pub fn check_all(&self) -> Result<Vec<FlowEntry>, StoreError> {
         self.postings()?;
         let entries = self.entries()?;
@@ -962,19 +1148,26 @@ impl Stage2 {
         Ok(entries)
     }
 
-    /// Every entry, slot 0 first.
+    /// Every entry in data order: the packets of no flow first (one entry per group from format 8, none when
+    /// there are none; before, one entry, slot 0), then the flows.
     pub fn entries(&self) -> Result<Vec<FlowEntry>, StoreError> {
         let mut out = Vec::with_capacity(self.frame.slots);
         for b in 0..self.dir.len() {
-            out.extend(self.block(b)?);
+            for e in self.block(b)? {
+                if e.is_no_flow() {
+                    self.no_flow_parts(e, None, &mut out)?;
+                } else {
+                    out.push(e);
+                }
+            }
         }
         Ok(out)
     }
 
     /// The entries that may hold a packet satisfying `need`: addresses and ports found by binary search in the
     /// dictionaries, their posting lists merged into the blocks that may hold them, only those blocks decoded and
-    /// each of their entries checked against the whole condition. The packets of no flow (slot 0) are a
-    /// candidate when the summary of their fields allows (always, before format 4).
+    /// each of their entries checked against the whole condition. The packets of no flow are candidates where
+    /// their summary allows: by group from format 8, all of them before (always, before format 4).
     pub fn candidates(&self, need: &Need) -> Result<Vec<FlowEntry>, StoreError> {
         let no_flow = self.no_flow_may_match(need);
         let blocks = match self.lookup(need)? {
@@ -990,21 +1183,77 @@ impl Stage2 {
         };
         let mut out = Vec::new();
         for b in blocks {
-            let keep = |e: &FlowEntry| if e.is_no_flow() { no_flow } else { e.may_match(need) };
-            out.extend(self.block(b as usize)?.into_iter().filter(keep));
+            for e in self.block(b as usize)? {
+                if e.is_no_flow() {
+                    if no_flow {
+                        self.no_flow_parts(e, Some(need), &mut out)?;
+                    }
+                } else if e.may_match(need) {
+                    out.push(e);
+                }
+            }
         }
         Ok(out)
     }
 
-    /// The entry of the segment's packets of no flow (slot 0).
-    pub fn no_flow_entry(&self) -> Result<FlowEntry, StoreError> {
-        let first = self.block(0)?.into_iter().next();
-        first.filter(FlowEntry::is_no_flow).ok_or_else(|| self.corrupt("no entry for the packets of no flow".into()))
+    /// Puts into `out` the entries of the packets of no flow (`slot0`, their one entry in the flow table) that
+    /// may satisfy `need` (`None`: all): from format 8 one entry per group, each group's data and positions
+    /// within `slot0`'s, whose sums must equal `slot0`'s.
+    fn no_flow_parts(&self, slot0: FlowEntry, need: Option<&Need>, out: &mut Vec<FlowEntry>) -> Result<(), StoreError> {
+        let NoFlowIndex::Groups(groups) = &self.no_flow else {
+            out.push(slot0);
+            return Ok(());
+        };
+        let (mut data_at, mut pos_at, mut packets) = (slot0.data_offset, slot0.positions_at, 0u64);
+        for g in groups {
+            if need.is_none_or(|n| self.frame.unknown_fields || g.summary.may_match(n)) {
+                let mut flow = slot0.flow;
+                flow.orig = Side { packets: g.packets, bytes: g.data_len - 16 * g.packets, payload: 0, flags: 0 };
+                flow.resp = Side::default();
+                out.push(FlowEntry {
+                    flow,
+                    data_offset: data_at,
+                    data_len: g.data_len,
+                    packets: g.packets as u32,
+                    positions_at: pos_at,
+                    positions_len: g.positions_len,
+                    ..slot0
+                });
+            }
+            data_at = data_at.saturating_add(g.data_len);
+            pos_at = pos_at.saturating_add(g.positions_len);
+            packets = packets.saturating_add(g.packets);
+        }
+        if (data_at - slot0.data_offset, pos_at - slot0.positions_at, packets)
+            != (slot0.data_len, slot0.positions_len, u64::from(slot0.packets))
+        {
+            return Err(self.corrupt(format!(
+                "the groups of packets of no flow hold {packets} packets in {} bytes and {} bytes of positions, \
+                 their entry {} in {} and {}",
+                data_at - slot0.data_offset,
+                pos_at - slot0.positions_at,
+                slot0.packets,
+                slot0.data_len,
+                slot0.positions_len
+            )));
+        }
+        Ok(())
     }
 
-    /// Whether the segment's packets of no flow may hold a packet satisfying `need`.
+    /// The segment's packets of no flow (in slot 0).
+    pub fn no_flow_packets(&self) -> Result<u64, StoreError> {
+        let first = self.block(0)?.into_iter().next().filter(FlowEntry::is_no_flow);
+        first.map(|e| u64::from(e.packets)).ok_or_else(|| self.corrupt("no entry for the packets of no flow".into()))
+    }
+
+    /// Whether some packet of no flow of the segment may satisfy `need`.
     pub fn no_flow_may_match(&self, need: &Need) -> bool {
-        self.frame.unknown_fields || self.no_flow.as_ref().is_none_or(|n| n.may_match(need))
+        self.frame.unknown_fields
+            || match &self.no_flow {
+                NoFlowIndex::Unknown => true,
+                NoFlowIndex::One(n) => n.may_match(need),
+                NoFlowIndex::Groups(g) => g.iter().any(|g| g.summary.may_match(need)),
+            }
     }
 
     /// The blocks an address or port condition allows (exact values, CIDR prefixes and ranges: the address
@@ -1228,9 +1477,31 @@ mod tests {
             sets.protos.insert(nf.3);
             sets.links.insert(0x0806);
             sets.v6.insert((0x2001_0db8 << 96) | u128::from(nf.3));
-            let summary = NoFlow::of(&sets);
+            // The packets of no flow in as many groups as packets, up to 2: the second holds the addresses of
+            // the first half of `nf.1`, the first the rest.
+            let mut sets2 = NoFlowSets::default();
+            if slot0.orig.packets == 2 {
+                for &x in &nf.1[..nf.1.len() / 2] {
+                    sets.v4.remove(&v4n(x));
+                    sets2.v4.insert(v4n(x));
+                }
+                sets2.links.insert(0x0806);
+            }
+            let summaries = [NoFlow::of(&sets), NoFlow::of(&sets2)];
+            let (dl, pl) = (ins[0].data_len, ins[0].positions_len);
+            let groups: Vec<NoFlowGroup> = match slot0.orig.packets {
+                0 => Vec::new(),
+                1 => vec![NoFlowGroup { packets: 1, data_len: dl, positions_len: pl, summary: summaries[0].clone() }],
+                _ => {
+                    let d1 = 16 + (dl - 32) / 2;
+                    vec![
+                        NoFlowGroup { packets: 1, data_len: d1, positions_len: 1, summary: summaries[0].clone() },
+                        NoFlowGroup { packets: 1, data_len: dl - d1, positions_len: pl - 1, summary: summaries[1].clone() },
+                    ]
+                }
+            };
             let zeros = vec![0u8; ins.iter().map(|s| s.positions_len).sum::<u64>() as usize];
-            let body = encode(&ins, &ends, &summary, t0, &zeros);
+            let body = encode(&ins, &ends, &groups, t0, &zeros);
             let frame = Frame {
                 version: crate::format::VERSION,
                 unknown_fields: false,
@@ -1247,16 +1518,24 @@ mod tests {
             bytes.resize(n + frame.positions_len, 0);
             let s2 = Stage2::parse(Path::new("x"), 0, frame, Bytes::Owned(bytes), 0..n, n..n + frame.positions_len).unwrap();
             let all = s2.entries().unwrap();
-            prop_assert_eq!(all.len(), ins.len());
-            prop_assert_eq!(s2.no_flow.as_ref(), Some(&summary));
-            let mut at = 24;
-            for (e, s) in all.iter().zip(&ins) {
-                if e.slot != 0 {
-                    prop_assert_eq!(&e.flow, s.flow);
-                    prop_assert_eq!(s2.find(s.flow.id).unwrap().map(|f| f.slot), Some(e.slot));
-                    prop_assert!(s2.find(s.flow.id + 1).unwrap().is_none_or(|f| f.flow.id == s.flow.id + 1));
-                }
-                prop_assert_eq!((e.flow.first_ns, e.flow.last_ns, e.flow.orig, e.flow.resp), (s.flow.first_ns, s.flow.last_ns, s.flow.orig, s.flow.resp));
+            let ng = groups.len();
+            prop_assert_eq!(all.len(), ins.len() - 1 + ng);
+            prop_assert!(matches!(&s2.no_flow, NoFlowIndex::Groups(g) if *g == groups));
+            prop_assert_eq!(s2.no_flow_packets().unwrap(), slot0.orig.packets);
+            // The groups of no flow, one after the other, then the flows.
+            let (mut at, mut pos) = (24, 0);
+            for (e, g) in all.iter().zip(&groups) {
+                prop_assert!(e.is_no_flow());
+                prop_assert_eq!((e.data_offset, e.data_len, u64::from(e.packets)), (at, g.data_len, g.packets));
+                prop_assert_eq!((e.positions_at, e.positions_len), (pos, g.positions_len));
+                prop_assert_eq!((e.flow.first_ns, e.flow.last_ns), (slot0.first_ns, slot0.last_ns));
+                (at, pos) = (at + g.data_len, pos + g.positions_len);
+            }
+            let mut at = 24 + ins[0].data_len;
+            for (e, s) in all[ng..].iter().zip(&ins[1..]) {
+                prop_assert_eq!(&e.flow, s.flow);
+                prop_assert_eq!(s2.find(s.flow.id).unwrap().map(|f| f.slot), Some(e.slot));
+                prop_assert!(s2.find(s.flow.id + 1).unwrap().is_none_or(|f| f.flow.id == s.flow.id + 1));
                 prop_assert_eq!((e.data_offset, e.data_len), (at, s.data_len));
                 prop_assert_eq!(e.proto_beyond_key, s.proto_beyond_key);
                 at += s.data_len;
@@ -1285,9 +1564,9 @@ mod tests {
                 ]),
                 Need::Pred(Pred::range(Field::Time, u128::from(t0), u128::from(t0.saturating_add(bits)))),
             ];
-            // The summary's answer, by a linear scan of its values (a cut field passes the prefix and range tests
+            // A summary's answer, by a linear scan of its values (a cut field passes the prefix and range tests
             // of longer fields).
-            let naive = |need: &Need| need_may(need, &|p: &Pred| {
+            let naive = |need: &Need, summary: &NoFlow| need_may(need, &|p: &Pred| {
                 let vals: Vec<u128> = match p.field {
                     Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => summary.v4.iter().map(|&v| u128::from(v)).collect(),
                     Field::Ip6Src | Field::Ip6Dst => summary.v6.clone(),
@@ -1299,13 +1578,15 @@ mod tests {
                 (summary.cut & field_bit(p.field) != 0 && !(p.field.bits() <= 32 || p.lo == p.hi)) || vals.iter().any(|&v| p.holds(v))
             });
             for need in &needs {
-                let got: Vec<u32> = s2.candidates(need).unwrap().iter().map(|e| e.slot).collect();
-                let want: Vec<u32> = all
+                let got: Vec<(u32, u64)> = s2.candidates(need).unwrap().iter().map(|e| (e.slot, e.data_offset)).collect();
+                let want: Vec<(u32, u64)> = all
                     .iter()
-                    .filter(|e| if e.is_no_flow() { naive(need) } else { e.may_match(need) })
-                    .map(|e| e.slot)
+                    .enumerate()
+                    .filter(|(i, e)| if e.is_no_flow() { naive(need, &groups[*i].summary) } else { e.may_match(need) })
+                    .map(|(_, e)| (e.slot, e.data_offset))
                     .collect();
                 prop_assert_eq!(got, want, "{}", need);
+                prop_assert_eq!(s2.no_flow_may_match(need), groups.iter().any(|g| naive(need, &g.summary)));
             }
         }
     }

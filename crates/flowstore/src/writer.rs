@@ -20,7 +20,7 @@ use crate::dedup::{Deduper, MIN_PIECE, Piece};
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, SlotCache};
 use crate::stage1::{FlowIds, SegmentIface, SourceMark, Stage1, StoreMeta, iface_bits};
-use crate::stage2::{self, Endpoints, NoFlow, NoFlowSets, SlotIn};
+use crate::stage2::{self, Endpoints, NoFlow, NoFlowGroup, NoFlowGroups, SlotIn};
 use crate::sums::BLOCK_LOG2;
 
 use crate::format::*;
@@ -176,8 +176,8 @@ pub struct SegmentWriter {
     mem: Spare,
     /// The link type's header fields are not read (so the Bloom filters cannot rule packets out).
     unknown_fields: bool,
-    /// What the packets of no flow hold.
-    no_flow: NoFlowSets,
+    /// The groups of the packets of no flow, and what each holds.
+    no_flow: NoFlowGroups,
     /// Whether `slot_of` is kept (see [`index_slots`](Self::index_slots)).
     indexed: bool,
     packets: usize,
@@ -217,7 +217,7 @@ impl SegmentWriter {
                 spare
             },
             unknown_fields: false,
-            no_flow: NoFlowSets::default(),
+            no_flow: NoFlowGroups::default(),
             indexed: false,
             packets: 0,
             record_bytes: 0,
@@ -348,9 +348,7 @@ impl SegmentWriter {
             }
         };
         // (A packet of no flow has no key its fields could be in: its fields are always noted.)
-        if !p.fields_in_key || slot == 0 {
-            self.note_fields(p, slot);
-        }
+        let group = if !p.fields_in_key || slot == 0 { self.note_fields(p, slot) } else { 0 };
         let state = p.flow.map_or(ConnState::Oth, |f| f.3);
         let len = p.data.len();
         let m = &mut self.mem;
@@ -358,7 +356,8 @@ impl SegmentWriter {
         if m.buf.len() - m.items * ENTRY - m.used < need {
             m.grow(need);
         }
-        let last = &mut m.last[slot as usize];
+        // A packet of no flow follows the last of its group (see `NoFlowGroup`).
+        let last = if slot == 0 { &mut self.no_flow.last[group] } else { &mut m.last[slot as usize] };
         let delta = p.seq.wrapping_sub(*last);
         *last = p.seq;
         let mut head = [0u8; HEAD + 16];
@@ -422,16 +421,17 @@ impl SegmentWriter {
     /// Bloom filters' sets, so that stage 1 never rules out a segment holding a match. Most equal the flow's
     /// endpoints, inserted with the flow. A field cut short by the snapshot length is left out: the exact values
     /// and short port ranges the filters test need all of its bytes, and libpcap rejects a packet whose test
-    /// reads past its bytes (see `Need::may_match_captured`). A packet of no flow (`no_flow`) is noted in stage
-    /// 2's summary too.
-    fn note_fields(&mut self, p: &PacketIn<'_>, slot: u32) {
+    /// reads past its bytes (see `Need::may_match_captured`). A packet of no flow (slot 0) is put in a group,
+    /// whose summary in stage 2 notes its fields too, and the group returned (0 for other packets).
+    fn note_fields(&mut self, p: &PacketIn<'_>, slot: u32) -> usize {
         let fields = PacketFields::new(self.linktype, p.data, p.wirelen, p.ts_ns).swapped(self.swapped);
         if !fields.has_header_fields() {
             self.unknown_fields = true;
-            return;
+            return if slot == 0 { self.no_flow.note(None) } else { 0 };
         }
+        let mut group = 0;
         if slot == 0 {
-            NoFlow::note(&mut self.no_flow, &fields);
+            group = self.no_flow.note(Some(&fields));
         } else if let Some((_, tuple, ..)) = p.flow
             && let Some(sf) = self.mem.slots.get_mut(slot as usize)
             && !sf.proto_beyond_key
@@ -490,6 +490,7 @@ impl SegmentWriter {
                 FieldValue::Unknown | FieldValue::Missing => {}
             }
         }
+        group
     }
 
     /// Writes the segment as `seg-NUMBER` in `dir` (see the module documentation); returns its stage 1.
@@ -613,9 +614,18 @@ impl SegmentWriter {
         let mut dd = self.dedup.then(Deduper::default);
         // Per packet of the flow being written: the payload bytes left out (offset in its record, length).
         let mut elide: Vec<(usize, usize)> = Vec::new();
+        // The packets of no flow by group (see `NoFlowGroup`), each group's in the order they came; per group its
+        // end in `sorted`, and what it took.
+        let mut group_ends = Vec::new();
+        let mut groups = Vec::with_capacity(self.no_flow.sets.len());
         for &s in &order {
             let end = cursor[s as usize] as usize;
             let (data0, pos0) = (at, positions.len());
+            if s == 0 {
+                group_ends = self.no_flow.order(&mut sorted[j..end]).ok_or_else(|| corrupt("groups of no flow"))?;
+                group_ends.iter_mut().for_each(|e| *e += j);
+            }
+            let (mut group_data, mut group_pos, mut group_first) = (at, positions.len(), j);
             elide.clear();
             if let Some(dd) = dd.as_mut().filter(|_| s != 0) {
                 elide_flow(&m.buf, &sorted[j..end], at, dd, &mut elide).ok_or_else(|| corrupt("a record is cut"))?;
@@ -664,6 +674,16 @@ impl SegmentWriter {
                 side.payload += u64::from(payload);
                 side.flags |= flags;
                 j += 1;
+                if s == 0 && group_ends.get(groups.len()) == Some(&j) {
+                    let (packets, data_len) = ((j - group_first) as u64, at - group_data);
+                    let positions_len = (positions.len() - group_pos) as u64;
+                    let summary = NoFlow::of(&self.no_flow.sets[groups.len()]);
+                    groups.push(NoFlowGroup { packets, data_len, positions_len, summary });
+                    (group_data, group_pos, group_first) = (at, positions.len(), j);
+                    if j < end {
+                        w.flow_end().map_err(io)?;
+                    }
+                }
             }
             w.flow_end().map_err(io)?;
             spans.push(Span { data: at - data0, positions: (positions.len() - pos0) as u64 });
@@ -744,13 +764,13 @@ impl SegmentWriter {
         };
 
         // Stage 2: the flow table and sorted arrays of addresses and ports.
-        let s2 = stage2::encode(&ins, &ends, &NoFlow::of(&self.no_flow), stage1.t_min, &positions);
+        let s2 = stage2::encode(&ins, &ends, &groups, stage1.t_min, &positions);
         let mut stage1 = stage1;
         stage1.stage2_len = s2.len() as u64;
         stage1.positions_len = positions.len() as u64;
         let mut s1 = stage1.encode();
         seal(&mut s1);
-        self.mem.stage = write_index(index_tmp, stage, &[&s1, &s2, &positions, &sums_bytes])?;
+        self.mem.stage = write_index(index_tmp, VERSION, stage, &[&s1, &s2, &positions, &sums_bytes])?;
         self.mem.order = order;
         self.mem.spans = spans;
         self.mem.positions = positions;
@@ -936,12 +956,18 @@ impl Sink {
     }
 }
 
-/// Writes a segment index: the header (magic, version, stage 1's length, its CRC), then `parts` (stage 1, stage
-/// 2, positions, data checksums), with direct I/O through the buffer `stage`, which it hands back.
-pub(crate) fn write_index(index_tmp: &Path, stage: Vec<u8>, parts: &[&[u8]; 4]) -> Result<Vec<u8>, StoreError> {
+/// Writes a segment index of format `version`: the header (magic, version, stage 1's length, its CRC), then
+/// `parts` (stage 1, stage 2, positions, data checksums), with direct I/O through the buffer `stage`, which it
+/// hands back.
+pub(crate) fn write_index(
+    index_tmp: &Path,
+    version: u16,
+    stage: Vec<u8>,
+    parts: &[&[u8]; 4],
+) -> Result<Vec<u8>, StoreError> {
     let mut header = Vec::with_capacity(HEADER_LEN);
     header.extend_from_slice(&MAGIC);
-    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&version.to_le_bytes());
     header.extend_from_slice(&0u16.to_le_bytes());
     header.extend_from_slice(&(parts[0].len() as u32).to_le_bytes());
     header.extend_from_slice(&[0u8; 8]);
@@ -1014,6 +1040,8 @@ mod tests {
             let mut buf = Vec::new();
             let mut offset = 24;
             let mut ids = Vec::new();
+            // The packets of no flow come in groups (each in the order they came), which together are all.
+            let mut no_flow = Vec::new();
             for e in s2.entries().expect("entries") {
                 proptest::prop_assert_eq!(e.data_offset, offset);
                 offset += e.data_len;
@@ -1022,6 +1050,11 @@ mod tests {
                 let mut got = Vec::new();
                 seg.read_flow(&s2, &e, &mut buf, &mut |p| got.push((p.seq, p.ts_ns, p.wirelen, p.data.to_vec())))
                     .expect("read");
+                proptest::prop_assert!(got.is_sorted_by_key(|p| p.0));
+                if f == 0 {
+                    no_flow.extend(got);
+                    continue;
+                }
                 proptest::prop_assert!(got == want[f], "flow {}: {} packets back, {} put", f, got.len(), want[f].len());
                 if f != 0 {
                     let [o, r] = sides[f];
@@ -1032,6 +1065,8 @@ mod tests {
                     proptest::prop_assert_eq!((e.flow.first_ns, e.flow.last_ns), (want[f][0].1, want[f][want[f].len() - 1].1));
                 }
             }
+            no_flow.sort_by_key(|p| p.0);
+            proptest::prop_assert!(no_flow == want[0], "no flow: {} packets back, {} put", no_flow.len(), want[0].len());
             proptest::prop_assert_eq!(offset, std::fs::metadata(&data_path).expect("data").len());
             let mut sorted = ids.clone();
             sorted.sort_by_key(|&id| if id == u64::MAX { 0 } else { id + 1 });
@@ -1075,5 +1110,118 @@ mod tests {
         let mut again = std::mem::take(&mut w.mem);
         again.touch(10);
         assert!(again.buf.len() >= 20_000);
+    }
+}
+
+#[cfg(test)]
+mod no_flow_tests {
+    use super::*;
+    use crate::segment::Segment;
+    use crate::stage2;
+    use pcaptool_packet::{Field, LinkType, Need, Pred, TsPrecision};
+
+    /// An ARP request from `spa` for `tpa`.
+    fn arp(spa: u32, tpa: u32) -> Vec<u8> {
+        let mut f = vec![0xffu8; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06, 0, 1, 0x08, 0x00, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&spa.to_be_bytes());
+        f.extend_from_slice(&[0; 6]);
+        f.extend_from_slice(&tpa.to_be_bytes());
+        f
+    }
+
+    /// The packets of no flow go into groups by protocol and address pair (hashed together past 256), and a
+    /// needle reads only the groups whose summary allows it: exactly the packets a scan finds, and with fewer
+    /// keys than groups, only its own group's packets.
+    #[test]
+    fn a_needle_reads_only_its_groups_of_packets_of_no_flow() {
+        for pairs in [200u32, 400] {
+            needles_on_packets_of_no_flow(pairs);
+        }
+    }
+
+    fn needles_on_packets_of_no_flow(pairs: u32) {
+        let dir = std::env::temp_dir().join(format!("pcaptool-no-flow-groups-{}-{pairs}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let meta = StoreMeta {
+            linktype: LinkType::ETHERNET,
+            snaplen: 65535,
+            precision: TsPrecision::Nano,
+            swapped: false,
+            iface: 0,
+        };
+        let mut w = SegmentWriter::new(meta, "x");
+        let host = |i: u32| u32::from_be_bytes([10, 1, (i >> 8) as u8, i as u8]);
+        // LLDP frames (no address), then `pairs` pairs each asking 3 times, interleaved.
+        let mut put = Vec::new();
+        for round in 0..3u32 {
+            let mut lldp = vec![0x01, 0x80, 0xc2, 0, 0, 0x0e, 2, 0, 0, 0, 0, 1, 0x88, 0xcc];
+            lldp.resize(60, round as u8);
+            put.push(lldp);
+            for i in 0..pairs {
+                put.push(arp(host(i), host(i + 1000)));
+            }
+        }
+        for (seq, data) in put.iter().enumerate() {
+            let seq = 5 + 2 * seq as u64;
+            w.push(&PacketIn {
+                seq,
+                ts_ns: 1_700_000_000_000_000_000 + seq,
+                wirelen: data.len() as u32,
+                data,
+                flow: None,
+                fields_in_key: true,
+                from_orig: true,
+                payload: 0,
+                flags: 0,
+                iface: 0,
+            });
+        }
+        w.close(&dir, 0).unwrap();
+        let seg = Segment::open(segment_paths(&dir, 0).1).unwrap();
+        let s2 = seg.stage2().unwrap();
+        let all = s2.entries().unwrap();
+        let groups = (pairs as usize + 1).min(stage2::MAX_NO_FLOW_GROUPS);
+        assert_eq!(all.len(), groups, "one group per key, up to the limit");
+        assert_eq!(s2.no_flow_packets().unwrap(), put.len() as u64);
+        let mut buf = Vec::new();
+        let read = |entries: &[stage2::FlowEntry], buf: &mut Vec<u8>| {
+            let mut got = Vec::new();
+            for e in entries {
+                assert!(e.is_no_flow());
+                seg.read_flow(&s2, e, buf, &mut |p| got.push((p.seq, p.data.to_vec()))).unwrap();
+            }
+            got.sort();
+            got
+        };
+        assert_eq!(
+            read(&all, &mut buf),
+            put.iter().enumerate().map(|(s, d)| (5 + 2 * s as u64, d.clone())).collect::<Vec<_>>()
+        );
+        for i in [0u32, 7, 198, 199, 254, 255, 399, 1000, 1199, 5000] {
+            let a = u128::from(host(i));
+            let need = Need::or(vec![
+                Need::Pred(Pred::range(Field::ArpSpa, a, a)),
+                Need::Pred(Pred::range(Field::ArpTpa, a, a)),
+            ]);
+            let got = read(&s2.candidates(&need).unwrap(), &mut buf);
+            let want: Vec<(u64, Vec<u8>)> = put
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| {
+                    d.len() == 42 && (d[28..32] == host(i).to_be_bytes() || d[38..42] == host(i).to_be_bytes())
+                })
+                .map(|(s, d)| (5 + 2 * s as u64, d.clone()))
+                .collect();
+            let matching: Vec<_> = got.iter().filter(|g| want.contains(g)).cloned().collect();
+            assert_eq!(matching, want, "host {i}, {pairs} pairs");
+            if groups > pairs as usize {
+                assert_eq!(got, want, "host {i} reads only its group");
+            }
+        }
+        let lldp = Need::Pred(Pred::range(Field::LinkProto, 0x88cc, 0x88cc));
+        assert_eq!(read(&s2.candidates(&lldp).unwrap(), &mut buf).len(), 3, "LLDP: its group alone");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
