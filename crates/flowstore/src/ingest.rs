@@ -313,8 +313,9 @@ impl<'s> Ingest<'s> {
             counts.into_iter().for_each(|(iface, n)| self.lose(iface, n));
             return Err(e);
         }
-        let spare = self.spares.pop().unwrap_or_default();
-        self.closer.send((w, self.number, spare), counts);
+        // (The writer's buffers come back as the closed segment's spare; the spares kept here go to the next
+        // writers.)
+        self.closer.send((w, self.number), counts);
         self.number += 1;
         self.store.next_number = self.number;
         Ok(())
@@ -473,12 +474,12 @@ impl std::fmt::Debug for Closed {
     }
 }
 
-/// A segment for the closing thread: its writer, its number, and buffers to hand back in the writer's place.
-type Job = (SegmentWriter, u32, Spare);
+/// A segment for the closing thread: its writer and its number.
+type Job = (SegmentWriter, u32);
 
-/// Closes a segment (the closing thread's whole work).
-fn close_one(dir: &std::path::Path, (w, number, mut spare): Job) -> Closed {
-    let written = w.close_keeping(dir, number, &mut spare);
+/// Closes a segment (the closing thread's whole work), keeping its writer's buffers for a later one.
+fn close_one(dir: &std::path::Path, (w, number): Job) -> Closed {
+    let (written, spare) = w.close_keeping(dir, number);
     let ok = written.is_ok();
     let result = written.and_then(|_| Segment::open(segment_paths(dir, number).1));
     Closed { result, written: ok, spare }
@@ -796,6 +797,33 @@ mod tests {
         assert!(matches!(r, Err(StoreError::Io { .. })), "{r:?}");
         assert_eq!(ingest.packets(), 20);
         assert_eq!(ingest.unsaved(0), 20);
+    }
+
+    /// The memory `reserve` prepares is what every later segment fills: a closed segment's buffers go to the
+    /// next writer but one, never a fresh allocation (which would fault its pages in again while packets wait).
+    #[test]
+    fn reserved_memory_goes_from_segment_to_segment() {
+        let dir = std::env::temp_dir().join(format!("pcaptool-spares-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut store = Store::create(&dir).expect("store");
+        let mut ingest =
+            store.ingest(&ImportOptions { segment_packets: 10, ..ImportOptions::default() }).expect("writer");
+        ingest.reserve(1 << 20);
+        let reserved: Vec<*const u8> = ingest.spares.iter().map(Spare::arena).collect();
+        let mut seen = Vec::new();
+        for i in 0..60 {
+            let f = frame(i % 8, i % 3 == 0, 60 + i);
+            ingest.push(meta(0), "a", 1, f.len() as u32, &f).expect("push");
+            seen.extend(ingest.writers.iter().map(SegmentWriter::arena));
+            if i % 25 == 24 {
+                ingest.close_open().expect("close_open");
+            }
+        }
+        ingest.finish().expect("finish");
+        assert!(store.segments().len() >= 6);
+        seen.dedup();
+        assert!(seen.iter().all(|p| reserved.contains(p)), "writers' arenas {seen:?}, reserved {reserved:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Segments are written on the closing thread while the next fill: `close_open` hands them over without

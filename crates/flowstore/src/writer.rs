@@ -139,6 +139,12 @@ impl Spare {
         self.buf.copy_within(lo..old, len - self.items * ENTRY);
     }
 
+    /// Where its arena is (to tell whose memory a writer took).
+    #[cfg(test)]
+    pub(crate) fn arena(&self) -> *const u8 {
+        self.buf.as_ptr()
+    }
+
     /// Empties every container, keeping its memory.
     fn clear(&mut self) {
         self.used = 0;
@@ -390,6 +396,12 @@ impl SegmentWriter {
         self.last_seq = p.seq;
     }
 
+    /// Where its arena is (see [`Spare::arena`]).
+    #[cfg(test)]
+    pub(crate) fn arena(&self) -> *const u8 {
+        self.mem.arena()
+    }
+
     /// Its id, which flow table entries name in their [`SlotCache`].
     pub(crate) fn id(&self) -> u64 {
         self.id
@@ -498,11 +510,10 @@ impl SegmentWriter {
         self.close_in_place(dir, number)
     }
 
-    /// [`close`](Self::close), keeping the writer's buffers (emptied) in `spare` for the next segment.
-    pub(crate) fn close_keeping(mut self, dir: &Path, number: u32, spare: &mut Spare) -> Result<Stage1, StoreError> {
+    /// [`close`](Self::close), and the writer's buffers (their memory faulted in) for a later segment.
+    pub(crate) fn close_keeping(mut self, dir: &Path, number: u32) -> (Result<Stage1, StoreError>, Spare) {
         let r = self.close_in_place(dir, number);
-        *spare = std::mem::take(&mut self.mem);
-        r
+        (r, std::mem::take(&mut self.mem))
     }
 
     /// The writer's buffers, for another (a writer closed without packets).
