@@ -410,11 +410,20 @@ fn killed_imports(cfg: &FaultConfig, rng: &mut Rng, trace: &Path) -> Result<Tall
             t.correct += 1;
             continue;
         }
+        // Killed before it made any file: an empty directory is no store yet (a query says so, naming it), and
+        // the import again makes one there.
+        let empty = std::fs::read_dir(&dir).map_err(|e| e.to_string())?.next().is_none();
         let o = Command::new(&cfg.pcaptool)
             .args(["query", s(&dir), "", "-w", s(&out)])
             .output()
             .map_err(|e| e.to_string())?;
-        let held = if o.status.success() {
+        let held = if empty {
+            if o.status.success() || !String::from_utf8_lossy(&o.stderr).contains("is neither a flow store") {
+                bad(&mut t, format!("killed import {i}: an empty directory: {}", String::from_utf8_lossy(&o.stderr)));
+                continue;
+            }
+            0
+        } else if o.status.success() {
             let got = std::fs::read(&out).unwrap_or_default();
             let got_recs = trace_records(&got);
             if got_recs.as_slice() != &recs[..got_recs.len().min(recs.len())] || got.get(..24) != whole.get(..24) {
