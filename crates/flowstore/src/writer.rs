@@ -1002,6 +1002,22 @@ mod tests {
     use crate::segment::Segment;
     use pcaptool_packet::{FlowTuple, LinkType, TsPrecision};
 
+    /// A packet of no flow at `seq` and `ts_ns`, captured whole, of interface 0.
+    pub(super) fn no_flow_packet(seq: u64, ts_ns: u64, data: &[u8]) -> PacketIn<'_> {
+        PacketIn {
+            seq,
+            ts_ns,
+            wirelen: data.len() as u32,
+            data,
+            flow: None,
+            fields_in_key: true,
+            from_orig: true,
+            payload: 0,
+            flags: 0,
+            iface: 0,
+        }
+    }
+
     /// Ethernet packets of interface 0, nanosecond timestamps.
     fn ethernet_meta(snaplen: u32) -> StoreMeta {
         StoreMeta { linktype: LinkType::ETHERNET, snaplen, precision: TsPrecision::Nano, swapped: false, iface: 0 }
@@ -1098,19 +1114,7 @@ mod tests {
         let mut w = SegmentWriter::with_spare(meta, "x", spare);
         let frame = [0u8; 60];
         for i in 0..100u64 {
-            let p = PacketIn {
-                seq: i,
-                ts_ns: i,
-                wirelen: 60,
-                data: &frame,
-                flow: None,
-                fields_in_key: true,
-                from_orig: true,
-                payload: 0,
-                flags: 0,
-                iface: 0,
-            };
-            w.push(&p);
+            w.push(&no_flow_packet(i, i, &frame));
         }
         assert_eq!(w.packets(), 100);
         assert_eq!(w.data_bytes(), 24 + 100 * 76);
@@ -1176,18 +1180,7 @@ mod no_flow_tests {
         }
         for (seq, data) in put.iter().enumerate() {
             let seq = 5 + 2 * seq as u64;
-            w.push(&PacketIn {
-                seq,
-                ts_ns: 1_700_000_000_000_000_000 + seq,
-                wirelen: data.len() as u32,
-                data,
-                flow: None,
-                fields_in_key: true,
-                from_orig: true,
-                payload: 0,
-                flags: 0,
-                iface: 0,
-            });
+            w.push(&tests::no_flow_packet(seq, 1_700_000_000_000_000_000 + seq, data));
         }
         w.close(&dir, 0).unwrap();
         let seg = Segment::open(segment_paths(&dir, 0).1).unwrap();
