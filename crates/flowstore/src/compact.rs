@@ -13,9 +13,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::blocks::{Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use crate::blocks::{Codec, Helper, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::codec::seal;
-use crate::dataout::DataOut;
+use crate::dataout::{DataOut, Stage};
 use crate::dedup::{Deduper, MIN_PIECE, Piece};
 use crate::error::StoreError;
 use crate::format::{data_file_name, segment_paths};
@@ -135,7 +135,13 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     // The raw data as the writer lays it out: the pcap header, then each slot's packets, a block boundary
     // allowed after each.
     let io = |e| StoreError::io(data_tmp, e);
-    let mut w = Sink::new(DataOut::create(data_tmp, Vec::new()).map_err(io)?, t.codec, t.block_size, Vec::new());
+    let mut w = Sink::new(
+        DataOut::create(data_tmp, Stage::default()).map_err(io)?,
+        t.codec,
+        t.block_size,
+        Vec::new(),
+        Helper::default(),
+    );
     let mut head = [0u8; 24];
     head.copy_from_slice(raw.get(..24).ok_or_else(|| corrupt(0, "no pcap header".into()))?);
     if t.dedup {
@@ -190,7 +196,7 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     let mut rest = vec![0u8; usize::try_from(s1.stage2_len + s1.positions_len).unwrap_or(0)];
     let f = File::open(&seg.index).map_err(|e| StoreError::io(&seg.index, e))?;
     f.read_exact_at(&mut rest, s1.stage2_at).map_err(|e| StoreError::io(&seg.index, e))?;
-    write_index(index_tmp, stage1.version, Vec::new(), &[&body, &rest, &[], &part])?;
+    write_index(index_tmp, stage1.version, Stage::default(), &[&body, &rest, &[], &part])?;
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 use pcaptool_packet::LinkType;
 
+use crate::blocks::Helper;
 use crate::error::StoreError;
 use crate::flow::{FlowPacket, FlowTracker, PacketFlow, SlotCache, read_flow};
 use crate::format::segment_paths;
@@ -12,7 +13,8 @@ use crate::store::{ImportOptions, Store};
 use crate::writer::{PacketIn, SegmentWriter, Spare};
 
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 
 /// Segments open at once, at most: a new kind of packet beyond them closes the oldest open segment, so that a
 /// trace of many link types keeps its memory bounded (each open segment holds up to its bound).
@@ -285,6 +287,7 @@ impl<'s> Ingest<'s> {
         let mut w = SegmentWriter::with_spare(*meta, iface_name, spare);
         w.source = self.source;
         w.set_storage(self.opts.compress, self.opts.block_size, self.opts.dedup);
+        w.set_helper(Helper::while_idle(Arc::clone(&self.closer.idle)));
         // With two writers open, a flow's packets can go to both, and its slot cache names only one.
         if !self.writers.is_empty() {
             w.index_slots();
@@ -498,11 +501,13 @@ struct Closer {
     /// The segment being closed: its packets per interface, and its outcome if it was closed on the ingest's
     /// thread (no closing thread could start).
     busy: Option<Busy>,
+    /// Set while the ingest waits for the close.
+    idle: Arc<AtomicBool>,
 }
 
 impl Closer {
     fn new(dir: PathBuf) -> Closer {
-        Closer { dir, thread: None, busy: None }
+        Closer { dir, thread: None, busy: None, idle: Arc::default() }
     }
 
     /// Starts closing a segment (the one before it has been waited for); `counts` are its packets per
@@ -543,7 +548,13 @@ impl Closer {
         let (counts, closed) = self.busy.take()?;
         let closed = match closed {
             Some(c) => c,
-            None => match self.thread.as_ref().and_then(|(_, done, _)| done.recv().ok()) {
+            None => match self.thread.as_ref().and_then(|(_, done, _)| {
+                // Waiting, this thread leaves its processor to the close (see `Helper`).
+                self.idle.store(true, Ordering::Relaxed);
+                let closed = done.recv().ok();
+                self.idle.store(false, Ordering::Relaxed);
+                closed
+            }) {
                 Some(c) => c,
                 None => {
                     self.thread = None;

@@ -12,10 +12,10 @@ use pcaptool_packet::{
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::blocks::{Batches, BlockEntry, BlockMap, Blocker, Codec, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use crate::blocks::{Batches, BlockEntry, BlockMap, Blocker, Codec, Helper, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::bloom::Bloom;
 use crate::codec::{put_varint, seal};
-use crate::dataout::DataOut;
+use crate::dataout::{DataOut, Stage};
 use crate::dedup::{Deduper, MIN_PIECE, Piece};
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, SlotCache};
@@ -93,7 +93,7 @@ pub(crate) struct Spare {
     /// writes' staging buffer, the slots in flow-id order, per slot a count and then a cursor, the packets
     /// (where each is in the arena, and its size) in the order the data file takes them, each flow's span and
     /// its positions' varints.
-    stage: Vec<u8>,
+    stage: Stage,
     order: Vec<u32>,
     cursor: Vec<u32>,
     sorted: Vec<u64>,
@@ -196,6 +196,8 @@ pub struct SegmentWriter {
     codec: Codec,
     block_size: usize,
     dedup: bool,
+    /// When its close compresses on a second thread.
+    helper: Helper,
 }
 
 impl SegmentWriter {
@@ -232,6 +234,7 @@ impl SegmentWriter {
             codec: Codec::None,
             block_size: Codec::None.default_block_size(),
             dedup: false,
+            helper: Helper::default(),
         };
         w.iface_index(&meta, iface_name);
         w
@@ -245,6 +248,11 @@ impl SegmentWriter {
         self.codec = codec;
         self.dedup = dedup && codec.is_compressed();
         self.block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+    }
+
+    /// Compresses on a second thread at its close only when `helper` says so (always by default).
+    pub(crate) fn set_helper(&mut self, helper: Helper) {
+        self.helper = helper;
     }
 
     /// The link type and byte order of its packets.
@@ -556,7 +564,8 @@ impl SegmentWriter {
         order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
         let out = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage)).map_err(io)?;
-        let mut w = Sink::new(out, self.codec, self.block_size, std::mem::take(&mut self.mem.sums));
+        let helper = self.helper.clone();
+        let mut w = Sink::new(out, self.codec, self.block_size, std::mem::take(&mut self.mem.sums), helper);
         // The data file's snapshot length: the largest of its interfaces' (libpcap cuts a longer record to it).
         let snaplen = self.ifaces.iter().map(|f| f.snaplen).max().unwrap_or(0);
         let mut h = [0u8; 24];
@@ -880,11 +889,11 @@ pub(crate) struct BlockSink {
 }
 
 impl BlockSink {
-    fn new(out: DataOut, codec: Codec, block_size: usize) -> BlockSink {
+    fn new(out: DataOut, codec: Codec, block_size: usize, helper: Helper) -> BlockSink {
         BlockSink {
             out,
             blocker: Blocker::new(block_size),
-            batches: Batches::new(codec),
+            batches: Batches::new(codec, helper),
             entries: Vec::new(),
             stored: 0,
         }
@@ -894,7 +903,7 @@ impl BlockSink {
 /// Hands a raw block to be compressed; writes the blocks compressed (the fields of a [`BlockSink`] but its
 /// blocker, which hands the block).
 fn emit_block(
-    raw: &[u8],
+    raw: &mut Vec<u8>,
     batches: &mut Batches,
     out: &mut DataOut,
     entries: &mut Vec<BlockEntry>,
@@ -918,10 +927,10 @@ fn write_block(
 
 impl Sink {
     /// Data written to `out`: plain with its checksums (into `sums`, whose memory is reused), or compressed with
-    /// `codec` in blocks of about `block_size` raw bytes.
-    pub(crate) fn new(out: DataOut, codec: Codec, block_size: usize, sums: Vec<u32>) -> Sink {
+    /// `codec` in blocks of about `block_size` raw bytes, on a second thread when `helper` says so.
+    pub(crate) fn new(out: DataOut, codec: Codec, block_size: usize, sums: Vec<u32>, helper: Helper) -> Sink {
         if codec.is_compressed() {
-            Sink::Blocks(Box::new(BlockSink::new(out, codec, block_size)))
+            Sink::Blocks(Box::new(BlockSink::new(out, codec, block_size, helper)))
         } else {
             Sink::Plain(out.with_sums(sums))
         }
@@ -950,7 +959,7 @@ impl Sink {
     }
 
     /// Writes what is left and syncs the file; returns the staging buffer and what describes the data.
-    pub(crate) fn finish(self) -> std::io::Result<(Vec<u8>, DataMap)> {
+    pub(crate) fn finish(self) -> std::io::Result<(Stage, DataMap)> {
         match self {
             Sink::Plain(out) => {
                 let (stage, sums) = out.finish()?;
@@ -973,9 +982,9 @@ impl Sink {
 pub(crate) fn write_index(
     index_tmp: &Path,
     version: u16,
-    stage: Vec<u8>,
+    stage: Stage,
     parts: &[&[u8]; 4],
-) -> Result<Vec<u8>, StoreError> {
+) -> Result<Stage, StoreError> {
     let mut header = Vec::with_capacity(HEADER_LEN);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&version.to_le_bytes());
