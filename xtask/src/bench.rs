@@ -136,8 +136,8 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 only = Some(
                     it.next()
                         .context(
-                            "--only needs walk, commands, query, index, store, compress, export, serve, capture or \
-                             pipeline",
+                            "--only needs walk, commands, query, index, store, compress, export, serve, capture, \
+                             pipeline or compress-pipeline",
                         )?
                         .clone(),
                 )
@@ -196,6 +196,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     if only.as_deref() == Some("pipeline") {
         return crate::capbench::pipeline_from_memory(&root().join("target/bench"));
+    }
+    if only.as_deref() == Some("compress-pipeline") {
+        return crate::capbench::compressed_pipeline(&root().join("target/bench"));
     }
     if only.as_deref() == Some("capture") || only.is_none() {
         crate::capbench::capture_section()?;

@@ -25,8 +25,10 @@ commands:
                   `flows` on it
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
-  bench [--size BYTES[K|M|G]] [--packets N] [--only walk|commands|query|index|store|capture|pipeline]
-                  side-by-side benchmark of pcaptool and tcpdump on a generated trace
+  bench [--size BYTES[K|M|G]] [--packets N]
+        [--only walk|commands|query|index|store|compress|export|serve|capture|pipeline|compress-pipeline]
+                  side-by-side benchmark of pcaptool and tcpdump on a generated trace and the real-traffic
+                  trace (compress-pipeline: the capture pipeline into plain, LZ4 and Zstandard stores alone)
   real-trace [OUT] [--copies N] [--seed S]
                   the benchmark trace of real traffic: the corpus's Ethernet captures merged by time and
                   repeated with checksum-neutral address rewrites (needs ../shared/corpus)
