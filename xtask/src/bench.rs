@@ -797,26 +797,27 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
     println!();
     let stem = trace.file_stem().and_then(|s| s.to_str()).unwrap_or("trace");
     let forms = [("plain", "none"), ("lz4", "lz4"), ("zstd", "zstd"), ("zstd-dedup", "zstd")];
-    let mut imports = Vec::new();
-    let mut sizes = Vec::new();
-    for (name, codec) in forms {
-        let d = dir.join(format!("store-{stem}-{name}"));
-        let mut cmd = Command::new(&bin);
-        cmd.arg("import").arg(trace).arg("--store").arg(&d).args(["--compress", codec]);
-        if name.ends_with("dedup") {
-            cmd.arg("--dedup");
-        }
-        // Best of 3, each into a new store (writing back the last one's pages first, as it would have).
-        let mut took = Duration::MAX;
-        for _ in 0..3 {
+    // Best of 3 per kind of store, each into a new store (writing back the last one's pages first, as it would
+    // have); the kinds take turns, so that the machine's drift falls on all alike.
+    let store_of = |name: &str| dir.join(format!("store-{stem}-{name}"));
+    let mut imports = vec![f64::MAX; forms.len()];
+    for _ in 0..3 {
+        for (k, (name, codec)) in forms.iter().enumerate() {
+            let d = store_of(name);
+            let mut cmd = Command::new(&bin);
+            cmd.arg("import").arg(trace).arg("--store").arg(&d).args(["--compress", codec]);
+            if name.ends_with("dedup") {
+                cmd.arg("--dedup");
+            }
             let _ = std::fs::remove_dir_all(&d);
             Command::new("sync").status()?;
-            took = took.min(command_time(1, &mut cmd)?);
+            imports[k] = imports[k].min(command_time(1, &mut cmd)?.as_secs_f64());
         }
-        let store = Store::open(&d)?;
-        let stored: u64 = store.segments().iter().map(|s| s.stage1.stored_bytes + s.stage1.index_bytes()).sum();
-        imports.push(took.as_secs_f64());
-        sizes.push(stored);
+    }
+    let mut sizes = Vec::new();
+    for (name, _) in forms {
+        let store = Store::open(&store_of(name))?;
+        sizes.push(store.segments().iter().map(|s| s.stage1.stored_bytes + s.stage1.index_bytes()).sum::<u64>());
     }
     let external = |tool: &str, args: &[&str]| -> anyhow::Result<(f64, u64)> {
         let t0 = Instant::now();
