@@ -860,7 +860,7 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
         ext(zstd)
     );
     // One connection of about 1000 packets, and the two needles, each a new process, best of 5.
-    let plain = Store::open(&dir.join(format!("store-{stem}-plain")))?;
+    let plain = Store::open(&store_of("plain"))?;
     let flows = plain.flows(&Need::All)?;
     let flow = flows
         .iter()
@@ -878,7 +878,7 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
         let mut times = Vec::new();
         let mut answers = Vec::new();
         for (name, _) in forms {
-            let d = dir.join(format!("store-{stem}-{name}"));
+            let d = store_of(name);
             let out = dir.join(format!("compress-{name}.pcap"));
             let took = command_time(5, Command::new(&bin).arg("query").arg(&d).args(&args).arg("-w").arg(&out))?;
             times.push(took.as_secs_f64());
@@ -898,9 +898,9 @@ fn compress_section(t: &BenchTrace) -> anyhow::Result<()> {
         );
     }
     for (name, _) in &forms[1..] {
-        let _ = std::fs::remove_dir_all(dir.join(format!("store-{stem}-{name}")));
+        let _ = std::fs::remove_dir_all(store_of(name));
     }
-    let _ = std::fs::remove_dir_all(dir.join(format!("store-{stem}-plain")));
+    let _ = std::fs::remove_dir_all(store_of("plain"));
     println!();
     Ok(())
 }

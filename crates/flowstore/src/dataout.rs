@@ -185,7 +185,9 @@ impl DataOut {
                 // A file of one window is written where it is: no thread for an index or a small segment.
                 return sink.write(self.cur.bytes(len), 0);
             }
-            self.start_thread();
+            if self.written == DIRECT_CHUNK as u64 {
+                self.start_thread();
+            }
         }
         let (jobs, done, in_flight) = match &mut self.io {
             Io::Behind { jobs, done, in_flight, .. } => (jobs, done, in_flight),
@@ -212,7 +214,8 @@ impl DataOut {
         Ok(())
     }
 
-    /// Moves the file to a writer thread; if none can start, writes on through the file opened again.
+    /// Moves the file to a writer thread (once, at the second window); if none can start, the file is written on
+    /// through the file opened again.
     fn start_thread(&mut self) {
         let Io::Inline(mut sink) = std::mem::replace(&mut self.io, Io::Gone) else { return };
         let path = sink.path.clone();
