@@ -351,6 +351,10 @@ impl Zstd {
 /// The LZ4 frame header of every block: LZ4's magic, then FLG (version 1, independent blocks, no checksums, no
 /// content size), BD (blocks of up to 4 MiB) and the header's checksum (the second byte of XXH32 of FLG and BD).
 const LZ4_HEADER: [u8; 7] = [0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73];
+/// liblz4's acceleration (`LZ4_compress_fast`): 1 is LZ4's default, each step trades a little size for speed.
+/// On the real-traffic bench trace (64 KiB blocks): a store of 0.529 of the trace at 1 (lz4_flex, which has no
+/// acceleration, 0.532), 0.547 at 4, 0.569 at 8; an import at 88% of a plain one's rate at 4, 82% with lz4_flex.
+const LZ4_ACCELERATION: i32 = 4;
 /// The end mark of an LZ4 frame.
 const LZ4_END: [u8; 4] = [0; 4];
 /// An LZ4 frame's block size word: this bit set says the block is stored uncompressed.
@@ -367,7 +371,8 @@ fn lz4_frame_encode(raw: &[u8], out: &mut Vec<u8>) -> usize {
         out.resize(max, 0);
     }
     out[..h].copy_from_slice(&LZ4_HEADER);
-    let (n, word) = match lz4_flex::block::compress_into(raw, &mut out[from..]) {
+    let fast = Some(lz4::block::CompressionMode::FAST(LZ4_ACCELERATION));
+    let (n, word) = match lz4::block::compress_to_buffer(raw, fast, false, &mut out[from..]) {
         Ok(n) if n < raw.len() => (n, n as u32),
         _ => {
             out[from..from + raw.len()].copy_from_slice(raw);
