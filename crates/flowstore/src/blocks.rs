@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, mpsc};
 
 use crate::dedup::Elision;
 use crate::error::StoreError;
@@ -24,7 +24,7 @@ pub enum Codec {
     /// As a pcap file (tcpdump and Wireshark open it as it is).
     #[default]
     None,
-    /// LZ4 blocks (lz4_flex): fast enough to compress at capture's rate.
+    /// LZ4 blocks: fast enough to compress at capture's rate.
     Lz4,
     /// Zstandard blocks at a level (1 to 22): smaller, for archives.
     Zstd {
@@ -353,7 +353,7 @@ impl Zstd {
 const LZ4_HEADER: [u8; 7] = [0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73];
 /// liblz4's acceleration (`LZ4_compress_fast`): 1 is LZ4's default, each step trades a little size for speed.
 /// On the real-traffic bench trace (64 KiB blocks): a store of 0.529 of the trace at 1 (lz4_flex, which has no
-/// acceleration, 0.532), 0.547 at 4, 0.569 at 8; an import at 88% of a plain one's rate at 4, 82% with lz4_flex.
+/// acceleration, 0.532), 0.548 at 4, 0.570 at 8; an import no faster at 8 than at 4 (docs/BENCHMARKS.md).
 const LZ4_ACCELERATION: i32 = 4;
 /// The end mark of an LZ4 frame.
 const LZ4_END: [u8; 4] = [0; 4];
@@ -434,7 +434,7 @@ pub(crate) fn compress(codec: Codec, raw: &[u8], out: &mut Vec<u8>, z: &mut Zstd
     })
 }
 
-/// When [`Batches`] compresses on a second thread: always, or (on a machine of two processors) only while the
+/// When [`Batches`] hands a batch to a second thread: always, or (on a machine of two processors) only while the
 /// thread that feeds the segments waits for the close. A segment's close runs beside the ingest of the next
 /// one; on two processors a second compressing thread would take turns with both, and the ingest, which stops
 /// for nothing else, would wait for the close it slowed (an LZ4 import of the real-traffic bench trace took
@@ -454,87 +454,209 @@ impl Helper {
     }
 }
 
-/// Blocks compressed in batches, on two threads (the caller's and one helper for the batch) when the [`Helper`]
-/// says so, handed on in order.
+/// Blocks compressed in batches and handed on in order. While the [`Helper`] says so, a batch goes to a second
+/// thread (kept for the batches' life) and the caller goes on gathering the next: the two overlap, and if the
+/// next is ready before the second thread is done, the caller compresses it itself meanwhile.
 #[derive(Debug)]
 pub(crate) struct Batches {
     codec: Codec,
     helper: Helper,
-    /// Raw blocks waiting (the first `n`), their frames and entries once compressed; buffers reused.
-    raw: Vec<Vec<u8>>,
-    framed: Vec<Vec<u8>>,
-    entries: Vec<Option<BlockEntry>>,
+    /// The batch being gathered: raw blocks waiting (the first `n`), their frames and entries once compressed;
+    /// buffers reused.
+    now: Batch,
     n: usize,
-    z: [Zstd; 2],
+    /// The batch the worker has (`Some` of its size), or had last (its buffers, for the next one it takes).
+    sent: Option<usize>,
+    other: Batch,
+    /// Started at the first batch it takes: one thread for all the batches, not one each (a thread's start and
+    /// end map and unmap its stack, which stops every other thread of the process for a moment).
+    worker: Option<Worker>,
 }
 
 /// Blocks a batch holds.
 const BATCH: usize = 16;
 
-impl Batches {
-    pub(crate) fn new(codec: Codec, helper: Helper) -> Batches {
-        Batches {
-            codec,
-            helper,
+/// The blocks of a batch: raw blocks in, their frames and entries out, and the Zstandard context that
+/// compresses them.
+#[derive(Debug)]
+struct Batch {
+    raw: Vec<Vec<u8>>,
+    framed: Vec<Vec<u8>>,
+    entries: Vec<Option<BlockEntry>>,
+    z: Zstd,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
             raw: vec![Vec::new(); BATCH],
             framed: vec![Vec::new(); BATCH],
             entries: vec![None; BATCH],
-            n: 0,
-            z: [Zstd::default(), Zstd::default()],
+            z: Zstd::default(),
         }
     }
 
-    /// Adds a raw block, taking its buffer (and leaving an empty one in its place); a full batch is compressed and
-    /// handed to `emit` (each frame with its entry, in order).
-    pub(crate) fn push(
-        &mut self,
-        raw: &mut Vec<u8>,
-        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        std::mem::swap(&mut self.raw[self.n], raw);
-        raw.clear();
-        self.n += 1;
-        if self.n == BATCH {
-            self.flush(emit)?;
+    /// A batch of no buffers, holding a batch's place while the worker has it.
+    fn empty() -> Batch {
+        Batch { raw: Vec::new(), framed: Vec::new(), entries: Vec::new(), z: Zstd::default() }
+    }
+
+    /// Compresses the first `n` raw blocks into their frames, with their entries.
+    fn compress(&mut self, codec: Codec, n: usize) -> std::io::Result<()> {
+        let Batch { raw, framed, entries, z } = self;
+        for ((r, f), e) in raw[..n].iter().zip(&mut framed[..n]).zip(&mut entries[..n]) {
+            *e = Some(compress(codec, r, f, z)?);
         }
         Ok(())
     }
 
-    /// Compresses the blocks waiting and hands them to `emit`.
-    pub(crate) fn flush(
+    /// Hands the first `n` frames to `emit`, in order.
+    fn emit(
         &mut self,
+        n: usize,
         emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
-        let n = std::mem::take(&mut self.n);
-        if n == 0 {
-            return Ok(());
-        }
-        let codec = self.codec;
-        let work = |raw: &[Vec<u8>], framed: &mut [Vec<u8>], entries: &mut [Option<BlockEntry>], z: &mut Zstd| {
-            for ((r, f), e) in raw.iter().zip(framed.iter_mut()).zip(entries.iter_mut()) {
-                *e = Some(compress(codec, r, f, z)?);
-            }
-            Ok::<(), std::io::Error>(())
-        };
-        let half = if self.helper.now() { n.div_ceil(2) } else { n };
-        let (raw_a, raw_b) = self.raw[..n].split_at(half);
-        let (framed_a, framed_b) = self.framed[..n].split_at_mut(half);
-        let (entries_a, entries_b) = self.entries[..n].split_at_mut(half);
-        let [z_a, z_b] = &mut self.z;
-        if raw_b.is_empty() {
-            work(raw_a, framed_a, entries_a, z_a)?;
-        } else {
-            std::thread::scope(|s| {
-                let other = s.spawn(|| work(raw_b, framed_b, entries_b, z_b));
-                let mine = work(raw_a, framed_a, entries_a, z_a);
-                other.join().unwrap_or_else(|_| Err(std::io::Error::other("a compression thread panicked"))).and(mine)
-            })?;
-        }
         for (f, e) in self.framed[..n].iter().zip(&mut self.entries[..n]) {
             let e = e.take().ok_or_else(|| std::io::Error::other("a block was not compressed"))?;
             emit(&f[..e.stored_len as usize], e)?;
         }
         Ok(())
+    }
+}
+
+/// A thread that compresses the batches it is sent, one at a time, and sends each back with the outcome.
+#[derive(Debug)]
+struct Worker {
+    jobs: Option<mpsc::SyncSender<(Batch, usize)>>,
+    done: mpsc::Receiver<(Batch, std::io::Result<()>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// A worker, or `None` if no thread could start.
+    fn start(codec: Codec) -> Option<Worker> {
+        let (jobs, todo) = mpsc::sync_channel::<(Batch, usize)>(1);
+        let (report, done) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("pcaptool-compress".into())
+            .spawn(move || {
+                for (mut batch, n) in todo {
+                    let result = batch.compress(codec, n);
+                    if report.send((batch, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Worker { jobs: Some(jobs), done, thread: Some(thread) })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Batches {
+    pub(crate) fn new(codec: Codec, helper: Helper) -> Batches {
+        Batches { codec, helper, now: Batch::new(), n: 0, sent: None, other: Batch::new(), worker: None }
+    }
+
+    /// Adds a raw block, taking its buffer (and leaving an empty one in its place); a full batch is compressed and
+    /// handed to `emit` (each frame with its entry, in order), now or at a later call.
+    pub(crate) fn push(
+        &mut self,
+        raw: &mut Vec<u8>,
+        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        std::mem::swap(&mut self.now.raw[self.n], raw);
+        raw.clear();
+        self.n += 1;
+        if self.n == BATCH {
+            self.batch(emit, true)?;
+        }
+        Ok(())
+    }
+
+    /// Compresses every block waiting and hands them to `emit`.
+    pub(crate) fn flush(
+        &mut self,
+        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.batch(emit, false)?;
+        self.take_sent(emit, true)?;
+        Ok(())
+    }
+
+    /// Sends the batch gathered to the worker if `may_send`, the [`Helper`] says so and the worker is free, or
+    /// compresses it here; hands on what is done, in order.
+    fn batch(
+        &mut self,
+        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
+        may_send: bool,
+    ) -> std::io::Result<()> {
+        let n = std::mem::take(&mut self.n);
+        if n == 0 {
+            return Ok(());
+        }
+        if may_send && self.helper.now() {
+            // The worker's last batch, if it is done; then this one goes to it.
+            self.take_sent(emit, false)?;
+            if self.sent.is_none() {
+                if self.worker.is_none() {
+                    self.worker = Worker::start(self.codec);
+                }
+                if let Some(jobs) = self.worker.as_ref().and_then(|w| w.jobs.as_ref()) {
+                    std::mem::swap(&mut self.now, &mut self.other);
+                    match jobs.send((std::mem::replace(&mut self.other, Batch::empty()), n)) {
+                        Ok(()) => {
+                            self.sent = Some(n);
+                            return Ok(());
+                        }
+                        Err(mpsc::SendError((batch, _))) => {
+                            // The thread is gone: this batch is compressed here.
+                            self.other = batch;
+                            std::mem::swap(&mut self.now, &mut self.other);
+                            self.worker = None;
+                        }
+                    }
+                }
+            }
+        }
+        let mine = self.now.compress(self.codec, n);
+        // The worker's batch came first.
+        self.take_sent(emit, true)?;
+        mine?;
+        self.now.emit(n, emit)
+    }
+
+    /// Hands on the batch the worker has, waiting for it if `wait`, or only if it is done.
+    fn take_sent(
+        &mut self,
+        emit: &mut dyn FnMut(&[u8], BlockEntry) -> std::io::Result<()>,
+        wait: bool,
+    ) -> std::io::Result<()> {
+        let Some(n) = self.sent else { return Ok(()) };
+        let stopped = || std::io::Error::other("the compressing thread stopped before its blocks were done");
+        let Some(worker) = &self.worker else { return Err(stopped()) };
+        let (batch, result) = if wait {
+            worker.done.recv().map_err(|_| stopped())?
+        } else {
+            match worker.done.try_recv() {
+                Ok(r) => r,
+                Err(mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(stopped()),
+            }
+        };
+        self.sent = None;
+        self.other = batch;
+        result?;
+        self.other.emit(n, emit)
     }
 }
 
@@ -698,6 +820,50 @@ mod tests {
         for codec in [Codec::Lz4, Codec::Zstd { level: 1 }, Codec::Zstd { level: 19 }] {
             roundtrip(codec, &text);
             roundtrip(codec, &[7]);
+        }
+    }
+
+    /// Batches hand every block on once, in the order pushed, whether each batch goes to the worker or is
+    /// compressed by the caller (the helper switching on and off, as the ingest waits and goes on), and a flush in
+    /// the middle hands on everything pushed before it.
+    #[test]
+    fn batches_hand_blocks_on_in_order() {
+        for codec in [Codec::Lz4, Codec::Zstd { level: 1 }] {
+            for pattern in [0u32, 1, 0b1011, u32::MAX] {
+                let idle = Arc::new(AtomicBool::new(false));
+                let mut batches = Batches::new(codec, Helper::while_idle(Arc::clone(&idle)));
+                let blocks: Vec<Vec<u8>> =
+                    (0..150usize).map(|b| (0..500 + b * 37).map(|k| (k / (1 + b % 7) + b) as u8).collect()).collect();
+                let mut got: Vec<(Vec<u8>, BlockEntry)> = Vec::new();
+                let emitted = std::cell::Cell::new(0usize);
+                {
+                    let mut emit = |f: &[u8], e: BlockEntry| {
+                        got.push((f.to_vec(), e));
+                        emitted.set(emitted.get() + 1);
+                        Ok(())
+                    };
+                    for (b, blk) in blocks.iter().enumerate() {
+                        idle.store(pattern >> (b / BATCH % 32) & 1 == 1, Ordering::Relaxed);
+                        batches.push(&mut blk.clone(), &mut emit).unwrap();
+                        if b == 70 {
+                            batches.flush(&mut emit).unwrap();
+                            assert_eq!(emitted.get(), 71, "{codec} {pattern:b}: a flush hands on all before it");
+                        }
+                    }
+                    batches.flush(&mut emit).unwrap();
+                }
+                assert_eq!(got.len(), blocks.len(), "{codec} {pattern:b}");
+                let entries: Vec<BlockEntry> = got.iter().map(|g| g.1).collect();
+                let raw: u64 = blocks.iter().map(|b| b.len() as u64).sum();
+                let stored: u64 = got.iter().map(|g| g.0.len() as u64).sum();
+                let map = BlockMap::decode(codec, &BlockMap::encode(&entries), entries.len(), raw, stored).unwrap();
+                let mut z = Zstd::default();
+                for (b, ((frame, _), want)) in got.iter().zip(&blocks).enumerate() {
+                    let mut out = Vec::new();
+                    map.decompress(Path::new("d"), b, frame, &mut out, &mut z).unwrap();
+                    assert!(out == *want, "{codec} {pattern:b}: block {b}");
+                }
+            }
         }
     }
 
