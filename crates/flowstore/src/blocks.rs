@@ -15,7 +15,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, mpsc};
 
-use crate::dedup::Elision;
+use crate::dedup::{Elision, ElisionError, Elisions};
 use crate::error::StoreError;
 
 /// How a segment's packet data is stored.
@@ -152,10 +152,8 @@ pub(crate) struct BlockMap {
     raw_at: Vec<u64>,
     /// Where each block starts in the data file, and its length last.
     stored_at: Vec<u64>,
-    /// Deduplicated data: the raw bytes left out of the blocks, in raw order, and how many were left out before
-    /// each (and in all, last).
-    elisions: Vec<Elision>,
-    elided_before: Vec<u64>,
+    /// Deduplicated data: the raw bytes left out of the blocks.
+    elisions: Elisions,
 }
 
 impl BlockMap {
@@ -187,42 +185,29 @@ impl BlockMap {
         }
         raw_at.push(r);
         stored_at.push(s);
-        Ok(BlockMap { codec, entries, raw_at, stored_at, elisions: Vec::new(), elided_before: vec![0] })
+        Ok(BlockMap { codec, entries, raw_at, stored_at, elisions: Elisions::none() })
     }
 
-    /// The directory of deduplicated data whose raw bytes `elisions` (decoded and checked) are left out of the
-    /// blocks: the blocks' bytes are then the raw data less those.
-    pub(crate) fn with_elisions(mut self, elisions: Vec<Elision>) -> BlockMap {
-        let mut sum = 0;
-        self.elided_before = std::iter::once(0)
-            .chain(elisions.iter().map(|e| {
-                sum += e.len;
-                sum
-            }))
-            .collect();
+    /// The directory of deduplicated data whose raw bytes `elisions` are left out of the blocks: the blocks'
+    /// bytes are then the raw data less those.
+    pub(crate) fn with_elisions(mut self, elisions: Elisions) -> BlockMap {
         self.elisions = elisions;
         self
     }
 
     /// Where raw byte `x` is in the blocks' bytes (an elided byte: where its elision would be).
-    pub(crate) fn to_stream(&self, x: u64) -> u64 {
-        let i = self.elisions.partition_point(|e| e.raw + e.len <= x);
-        let mut s = x - self.elided_before[i];
-        if let Some(e) = self.elisions.get(i).filter(|e| e.raw < x) {
-            s -= x - e.raw;
-        }
-        s
+    pub(crate) fn to_stream(&self, x: u64) -> Result<u64, ElisionError> {
+        self.elisions.to_stream(x)
     }
 
-    /// Whether elision `e`'s source is stored bytes (see [`crate::dedup::source_is_stored`]).
-    pub(crate) fn source_is_stored(&self, e: &Elision) -> bool {
-        crate::dedup::source_is_stored(&self.elisions, e)
+    /// Whether elision `e`'s source is stored bytes (see [`Elisions::source_is_stored`]).
+    pub(crate) fn source_is_stored(&self, e: &Elision) -> Result<bool, ElisionError> {
+        self.elisions.source_is_stored(e)
     }
 
     /// The elisions that meet the raw bytes `r`, in order.
-    pub(crate) fn elisions_in(&self, r: Range<u64>) -> impl Iterator<Item = &Elision> {
-        let i = self.elisions.partition_point(|e| e.raw + e.len <= r.start);
-        self.elisions[i..].iter().take_while(move |e| e.raw < r.end)
+    pub(crate) fn elisions_in(&self, r: Range<u64>) -> Result<Vec<Elision>, ElisionError> {
+        self.elisions.meeting(r)
     }
 
     /// The directory's bytes.

@@ -172,24 +172,29 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     let too_many = |_| corrupt(0, "more than 2^32 blocks or elisions".into());
     let (mut part, n_blocks, stored_bytes) = map.into_part_of(raw.len() as u64).map_err(too_many)?;
     let mut stage1 = s1.clone();
+    // Stage 2 is copied as it is: a version 6 segment becomes version 7 (the same stage 2, data that may be
+    // compressed), a version 8 one version 9 (the same stage 2, elisions with checkpoints); version 7 and 9 keep
+    // theirs (version 8 grouped the packets of no flow in stage 2).
+    stage1.version = match s1.version {
+        ..=6 => 7,
+        8 => 9,
+        v => v,
+    };
     (stage1.elided_bytes, stage1.n_elisions, stage1.elisions_len) = (0, 0, 0);
     if let Some(mut dd) = dd {
-        let e = dd.encode();
+        let e = dd.encode(stage1.version >= 9);
         stage1.elided_bytes = dd.elided;
         stage1.n_elisions = u32::try_from(dd.elisions.len()).map_err(too_many)?;
         stage1.elisions_len = u32::try_from(e.len()).map_err(too_many)?;
         part.extend_from_slice(&e);
     }
-    // Stage 2 is copied as it is: a version 6 segment becomes version 7 (the same stage 2, data that may be
-    // compressed); version 7 and later keep theirs (version 8 groups the packets of no flow in stage 2).
-    stage1.version = s1.version.max(7);
     stage1.codec = t.codec;
     stage1.dedup = t.dedup;
     stage1.generation = t.generation;
     stage1.n_blocks = n_blocks;
     stage1.stored_bytes = stored_bytes;
     stage1.block_log2 = BLOCK_LOG2;
-    stage1.sums_crc = crc32fast::hash(&part);
+    stage1.sums_crc = stage1.part_crc(&part);
     let mut body = stage1.encode();
     seal(&mut body);
     // Stage 2 and the positions are the same: their offsets are in the raw data.
@@ -346,6 +351,85 @@ mod tests {
         let st = five.compact(Codec::Lz4, None, false, &mut |_| {}).unwrap();
         assert_eq!((st.rewritten, st.old_format), (0, 1));
         assert_eq!(five.segments()[0].stage1.version, 5);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A deduplicated segment of format version 8 (elisions without checkpoints) is read as it is, and
+    /// compaction into another codec rewrites it as version 9, with checkpoints, and the same answer.
+    #[test]
+    fn version_8_elisions_are_read_and_compacted_to_version_9() {
+        let dir = std::env::temp_dir().join(format!("pcaptool-compact-v8-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // 40 TCP connections, each sending the same 30 payloads of 400 bytes: every one but the first elided,
+        // 1,170 elisions (more than one chunk of checkpoints).
+        let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
+        let mut t = 1_700_000_000_000_000_000u64;
+        for c in 0u16..40 {
+            for k in 0..30usize {
+                let mut f = vec![0u8; 54 + 400];
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+                f[14] = 0x45;
+                f[16..18].copy_from_slice(&(440u16).to_be_bytes());
+                f[23] = 6;
+                f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+                f[30..34].copy_from_slice(&[192, 168, 0, 1]);
+                f[34..36].copy_from_slice(&(3000 + c).to_be_bytes());
+                f[36..38].copy_from_slice(&80u16.to_be_bytes());
+                f[38..42].copy_from_slice(&(1000 + 400 * k as u32).to_be_bytes());
+                f[46] = 5 << 4;
+                f[47] = 0x18;
+                for (j, b) in f[54..].iter_mut().enumerate() {
+                    *b = (k * 7 + j * 13) as u8;
+                }
+                w.write_packet(t, f.len() as u32, &f).unwrap();
+                t += 1000;
+            }
+        }
+        let trace = dir.join("t.pcap");
+        std::fs::write(&trace, w.finish().unwrap()).unwrap();
+        let store_dir = dir.join("store");
+        let mut store = Store::create(&store_dir).unwrap();
+        let opts = ImportOptions { compress: Codec::Zstd { level: 3 }, dedup: true, ..ImportOptions::default() };
+        store.import(&trace, &opts, &mut |_| {}).unwrap();
+        drop(store);
+        let want = answer(&Store::open(&store_dir).unwrap());
+        assert_eq!(want.len(), 1200);
+        // The index as version 8 wrote it: the elisions without their checkpoints.
+        let index = segment_paths(&store_dir, 0).1;
+        let b = std::fs::read(&index).unwrap();
+        let s1_len = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+        let mut s1 = crate::stage1::Stage1::decode(&b[24..24 + s1_len - 4], 9).unwrap();
+        assert_eq!((s1.version, s1.n_elisions), (9, 1170));
+        let table = crate::dedup::checkpoint_bytes(s1.n_elisions as usize, true);
+        // (Stage 2 follows stage 1; the positions follow stage 2.)
+        let part_at = 24 + s1_len + (s1.stage2_len + s1.positions_len) as usize;
+        let whole = s1.map_bytes() as usize;
+        assert_eq!(s1.part_crc(&b[part_at..part_at + whole]), s1.sums_crc, "the part read as the reader does");
+        let part = &b[part_at..part_at + whole - table];
+        s1.elisions_len -= table as u32;
+        s1.sums_crc = crc32fast::hash(part);
+        let mut body = s1.encode();
+        seal(&mut body);
+        assert_eq!(body.len(), s1_len);
+        let mut h = b[..24].to_vec();
+        h[4..6].copy_from_slice(&8u16.to_le_bytes());
+        let crc = crc32fast::hash(&h[..20]);
+        h[20..24].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&index, [&h[..], &body, &b[24 + s1_len..part_at], part, &b[part_at + whole..]].concat())
+            .unwrap();
+        let old = Store::open(&store_dir).unwrap();
+        assert_eq!(old.segments()[0].stage1.version, 8);
+        assert_eq!(answer(&old), want, "version 8 read as it is");
+        drop(old);
+        let mut store = Store::open_writer(&store_dir).unwrap();
+        let st = store.compact(Codec::Lz4, None, true, &mut |_| {}).unwrap();
+        assert_eq!((st.rewritten, st.old_format), (1, 0));
+        drop(store);
+        let new = Store::open(&store_dir).unwrap();
+        let s1 = &new.segments()[0].stage1;
+        assert_eq!((s1.version, s1.codec, s1.n_elisions, s1.generation), (9, Codec::Lz4, 1170, 1));
+        assert_eq!(answer(&new), want, "compacted to version 9");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

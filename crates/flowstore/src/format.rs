@@ -14,8 +14,9 @@ pub const MAGIC: [u8; 4] = *b"PTSG";
 /// Format version of the segment indexes written (versions 2, without data checksums, 3, with a Bloom filter of
 /// flow ids, blocks of 256 flows and no summary of the packets of no flow, 4, with timestamps always in
 /// nanoseconds, 5, whose flows do not say whether an IPv6 extension header puts another IP protocol where
-/// filters read it, and 6, whose data is always plain pcap, are still read).
-pub const VERSION: u16 = 8;
+/// filters read it, 6, whose data is always plain pcap, 7, with one summary of the packets of no flow, and 8,
+/// whose deduplicated data's elisions have no checkpoints, are still read).
+pub const VERSION: u16 = 9;
 /// Interfaces a segment holds at most (a packet's index among them takes 16 bits in the writer).
 pub const MAX_IFACES: usize = 1 << 16;
 /// False-positive rate the port Bloom filter is sized for.

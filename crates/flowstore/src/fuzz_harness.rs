@@ -353,14 +353,14 @@ fn reseal_blocks(index: &mut [u8], data: &[u8]) {
     let at = (s1.stage2_at + s1.stage2_len + s1.positions_len) as usize;
     let Some(map) = index.get_mut(at..) else { return };
     let mut from = 0usize;
-    for e in map.chunks_exact_mut(crate::blocks::ENTRY_BYTES) {
+    for e in map.chunks_exact_mut(crate::blocks::ENTRY_BYTES).take(s1.n_blocks as usize) {
         let len = u32::from_le_bytes([e[4], e[5], e[6], e[7]]) as usize;
         let end = from.saturating_add(len).min(data.len());
         let crc = crc32c::crc32c(data.get(from.min(end)..end).unwrap_or_default());
         e[8..12].copy_from_slice(&crc.to_le_bytes());
         from = end;
     }
-    s1.sums_crc = crc32fast::hash(map);
+    s1.sums_crc = s1.part_crc(map.get(..s1.map_bytes() as usize).unwrap_or(map));
     let mut body = s1.encode();
     crate::codec::seal(&mut body);
     if body.len() == s1.stage2_at as usize - crate::format::HEADER_LEN {

@@ -6,12 +6,13 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use pcaptool_packet::MappedFile;
 
 use crate::blocks::{BlockMap, ENTRY_BYTES, Zstd};
 use crate::codec::unseal;
+use crate::dedup::{self, ElisionError, Elisions, Varints};
 use crate::error::StoreError;
 use crate::stage1::{Stage1, StoreMeta};
 use crate::stage2::{Bytes, Frame};
@@ -48,7 +49,7 @@ pub struct Segment {
     /// Its first stage.
     pub stage1: Stage1,
     data_file: File,
-    index_file: File,
+    index_file: Arc<File>,
     /// The data file's block checksums (plain data), read when first needed.
     sums: OnceLock<Vec<u32>>,
     /// The data file's block directory (compressed data), read when first needed.
@@ -130,7 +131,7 @@ impl Segment {
             index,
             stage1,
             data_file,
-            index_file,
+            index_file: Arc::new(index_file),
             sums: OnceLock::new(),
             blocks: OnceLock::new(),
             recent: Mutex::new(RecentBlocks::default()),
@@ -269,18 +270,47 @@ impl Segment {
         }
         let s1 = &self.stage1;
         let at = s1.stage2_at + s1.stage2_len + s1.positions_len;
-        let part = self.map_part()?;
-        let (dir, elisions) = part.split_at((s1.n_blocks as usize * ENTRY_BYTES).min(part.len()));
-        let (elisions, elided) = crate::dedup::decode(elisions, s1.n_elisions as usize, s1.bytes)
-            .map_err(|why| self.corrupt(at, &format!("elisions: {why}")))?;
-        if elided != s1.elided_bytes {
-            return Err(self.corrupt(at, &format!("elisions of {elided} bytes, stage 1 says {}", s1.elided_bytes)));
-        }
-        let stream = s1.bytes - elided;
-        let map = BlockMap::decode(s1.codec, dir, s1.n_blocks as usize, stream, s1.stored_bytes)
+        let (n, elided) = (s1.n_elisions as usize, s1.elided_bytes);
+        let bad = |why: ElisionError| self.elisions_error(at, why);
+        let (dir, elisions) = if s1.version >= 9 && s1.dedup {
+            // The block directory and the checkpoints, checked against stage 1; the varints between them are
+            // read a chunk at a time as reads need them, each chunk checked against its checkpoint.
+            let dir_len = s1.n_blocks as usize * ENTRY_BYTES;
+            let table_len = dedup::checkpoint_bytes(n, true);
+            let varints = (s1.elisions_len as usize)
+                .checked_sub(table_len)
+                .ok_or_else(|| self.corrupt(at, "elisions: fewer bytes than their checkpoints"))?;
+            let mut dir = vec![0u8; dir_len];
+            let mut table = vec![0u8; table_len];
+            let table_at = at + (dir_len + varints) as u64;
+            self.index_file.read_exact_at(&mut dir, at).map_err(|e| StoreError::io(&self.index, e))?;
+            self.index_file.read_exact_at(&mut table, table_at).map_err(|e| StoreError::io(&self.index, e))?;
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&dir);
+            crc.update(&table);
+            if crc.finalize() != s1.sums_crc {
+                return Err(self.corrupt(at, "the block directory's checksum does not match"));
+            }
+            let file = Varints::File { file: self.index_file.clone(), at: at + dir_len as u64, len: varints };
+            (dir, Elisions::new(file, Some(&table), n, s1.bytes, elided).map_err(bad)?)
+        } else {
+            let mut part = self.map_part()?;
+            let varints = part.split_off((s1.n_blocks as usize * ENTRY_BYTES).min(part.len()));
+            (part, Elisions::new(Varints::Held(varints), None, n, s1.bytes, elided).map_err(bad)?)
+        };
+        let stream = s1.bytes.checked_sub(elided).ok_or_else(|| self.corrupt(at, "more bytes elided than held"))?;
+        let map = BlockMap::decode(s1.codec, &dir, s1.n_blocks as usize, stream, s1.stored_bytes)
             .map_err(|why| self.corrupt(at, &format!("block directory: {why}")))?
             .with_elisions(elisions);
         Ok(self.blocks.get_or_init(|| map))
+    }
+
+    /// The error of elisions (of the index part at `at`) that could not be read.
+    fn elisions_error(&self, at: u64, e: ElisionError) -> StoreError {
+        match e {
+            ElisionError::Bad(why) => self.corrupt(at, &format!("elisions: {why}")),
+            ElisionError::Io(e) => StoreError::io(&self.index, e),
+        }
     }
 
     /// Reads the raw data `ranges` of compressed data: the blocks that hold them (and, deduplicated, the bytes
@@ -307,18 +337,23 @@ impl Segment {
             a.end = a.end.max(if joined { b.end } else { a.end });
             joined
         });
+        let at = self.stage1.stage2_at + self.stage1.stage2_len + self.stage1.positions_len;
+        let elisions_bad = |why| self.elisions_error(at, why);
+        let to_stream = |x: u64| map.to_stream(x).map_err(elisions_bad);
+        // Per merged range, the elisions that meet it.
+        let mut meeting = Vec::with_capacity(merged.len());
         let mut wanted: Vec<Range<u64>> = Vec::new();
         for r in &merged {
-            wanted.push(map.to_stream(r.start)..map.to_stream(r.end));
-            for e in map.elisions_in(r.clone()) {
-                if !map.source_is_stored(e) {
-                    let at = self.stage1.stage2_at + self.stage1.stage2_len + self.stage1.positions_len;
-                    let why =
-                        format!("elisions: the source of raw bytes {}..{} is elided itself", e.raw, e.raw + e.len);
-                    return Err(self.corrupt(at, &why));
+            wanted.push(to_stream(r.start)?..to_stream(r.end)?);
+            let es = map.elisions_in(r.clone()).map_err(elisions_bad)?;
+            for e in &es {
+                if !map.source_is_stored(e).map_err(elisions_bad)? {
+                    let why = format!("the source of raw bytes {}..{} is elided itself", e.raw, e.raw + e.len);
+                    return Err(elisions_bad(why.into()));
                 }
-                wanted.push(map.to_stream(e.src)..map.to_stream(e.src + e.len));
+                wanted.push(to_stream(e.src)?..to_stream(e.src + e.len)?);
             }
+            meeting.push(es);
         }
         let stream = self.read_stream(map, &wanted)?;
         let bad = |at: u64| StoreError::Corrupt {
@@ -327,15 +362,15 @@ impl Segment {
             why: format!("raw byte {at} is in no block read"),
         };
         let mut out = RawWindow::default();
-        for r in merged {
+        for (r, es) in merged.into_iter().zip(meeting) {
             out.pieces.push((r.start, out.buf.len()));
             let mut p = r.start;
             let copy = |from: u64, to: u64, src: u64, out: &mut Vec<u8>| -> Result<(), StoreError> {
-                let s = map.to_stream(src);
+                let s = to_stream(src)?;
                 out.extend_from_slice(stream.get(s, to - from).ok_or_else(|| bad(from))?.1);
                 Ok(())
             };
-            for e in map.elisions_in(r.clone()) {
+            for e in es {
                 let lit = e.raw.clamp(p, r.end);
                 if p < lit {
                     copy(p, lit, p, &mut out.buf)?;

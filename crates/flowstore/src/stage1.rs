@@ -259,6 +259,21 @@ impl Stage1 {
         }
     }
 
+    /// The CRC-32 of the index's last part `part` that stage 1 holds (`sums_crc`): of the whole part, or, of
+    /// deduplicated data from version 9 on, of the block directory and the elisions' checkpoints (each chunk of
+    /// elisions has its own CRC in its checkpoint, so that a reader reads only the chunks it needs).
+    pub(crate) fn part_crc(&self, part: &[u8]) -> u32 {
+        if !(self.version >= 9 && self.dedup) {
+            return crc32fast::hash(part);
+        }
+        let table = crate::dedup::checkpoint_bytes(self.n_elisions as usize, true);
+        let dir = (self.n_blocks as usize * ENTRY_BYTES).min(part.len());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&part[..dir]);
+        crc.update(&part[part.len().saturating_sub(table).max(dir)..]);
+        crc.finalize()
+    }
+
     /// The data file's name: `seg-NNNNNN.pcap` as first written plain, with the generation after the number once
     /// recompressed, and the compressor's suffix when compressed (`seg-000003.pcap.zst`, `seg-000003.2.pcap.lz4`).
     pub fn data_file_name(&self) -> String {

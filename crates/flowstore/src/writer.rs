@@ -721,7 +721,7 @@ impl SegmentWriter {
         };
         let (mut sums_bytes, mut elided_bytes, mut n_elisions, mut elisions_len) = (sums_bytes, 0, 0, 0);
         if let Some(mut dd) = dd {
-            let e = dd.encode();
+            let e = dd.encode(true); // (format 9 on: with checkpoints)
             n_elisions = u32::try_from(dd.elisions.len()).map_err(|_| corrupt("more than 2^32 elisions"))?;
             elisions_len = u32::try_from(e.len()).map_err(|_| corrupt("elisions of more than 4 GiB"))?;
             elided_bytes = dd.elided;
@@ -756,7 +756,7 @@ impl SegmentWriter {
             ifaces: self.ifaces.clone(),
             source: self.source,
             block_log2: BLOCK_LOG2,
-            sums_crc: crc32fast::hash(&sums_bytes),
+            sums_crc: 0,
             packets: self.packets as u64,
             bytes: at,
             flows: (nslots - 1) as u32,
@@ -787,6 +787,7 @@ impl SegmentWriter {
         let s2 = stage2::encode(&ins, &ends, &groups, stage1.t_min, &positions);
         let mut stage1 = stage1;
         stage1.stage2_len = s2.len() as u64;
+        stage1.sums_crc = stage1.part_crc(&sums_bytes);
         stage1.positions_len = positions.len() as u64;
         let mut s1 = stage1.encode();
         seal(&mut s1);
