@@ -597,16 +597,17 @@ impl Batches {
                     self.worker = Worker::start(self.codec);
                 }
                 if let Some(jobs) = self.worker.as_ref().and_then(|w| w.jobs.as_ref()) {
-                    std::mem::swap(&mut self.now, &mut self.other);
-                    match jobs.send((std::mem::replace(&mut self.other, Batch::empty()), n)) {
+                    // The spare buffer gathers the next batch while this one is away.
+                    let spare = std::mem::replace(&mut self.other, Batch::empty());
+                    let full = std::mem::replace(&mut self.now, spare);
+                    match jobs.send((full, n)) {
                         Ok(()) => {
                             self.sent = Some(n);
                             return Ok(());
                         }
-                        Err(mpsc::SendError((batch, _))) => {
+                        Err(mpsc::SendError((full, _))) => {
                             // The thread is gone: this batch is compressed here.
-                            self.other = batch;
-                            std::mem::swap(&mut self.now, &mut self.other);
+                            self.other = std::mem::replace(&mut self.now, full);
                             self.worker = None;
                         }
                     }
