@@ -26,13 +26,16 @@ use pcaptool_tests::netns::{Pair, udp_frames};
 
 use crate::{build_pcaptool, root};
 
-/// CPU seconds (user + system) this process's threads have used, from each one's /proc schedstat (nanoseconds
-/// on the CPU; /proc/self/stat counts in ticks of 10 ms, 3% of a pass here).
+/// CPU seconds (user + system) this process has used, its ended threads' included (a store's data-file writer
+/// and compressing threads end before a pass is read): `CLOCK_PROCESS_CPUTIME_ID`, in nanoseconds
+/// (`/proc/self/stat` counts in ticks of 10 ms, 3% of a pass here).
 pub(crate) fn cpu_seconds() -> f64 {
-    threads_cpu_seconds("self")
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
-/// CPU seconds the threads of process `pid` ("self" or a number) have used, as [`cpu_seconds`] counts them.
+/// CPU seconds the live threads of process `pid` have used, from each one's /proc schedstat (nanoseconds on the
+/// CPU): another process's clock, read while its threads run.
 fn threads_cpu_seconds(pid: &str) -> f64 {
     let ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
@@ -54,18 +57,6 @@ fn machine_jiffies() -> (u64, u64) {
 }
 
 /// CPU and wall seconds since `c0` (from [`cpu_seconds`]) and `t0`.
-/// CPU seconds the whole process has used, its ended threads' included (`/proc/self/stat`, in clock ticks).
-fn process_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command's name (which may hold spaces) and its closing parenthesis.
-    let rest = stat.rsplit_once(')').map_or("", |r| r.1);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, the 12th and 13th after the name.
-    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    let ticks = tick(11) + tick(12);
-    ticks as f64 / 100.0
-}
-
 pub(crate) fn since(c0: f64, t0: Instant) -> (f64, f64) {
     (cpu_seconds() - c0, t0.elapsed().as_secs_f64())
 }
@@ -188,11 +179,11 @@ pub(crate) fn compressed_pipeline(dir: &Path) -> anyhow::Result<()> {
         }
         for pass in 0..=COMPRESSED_PASSES {
             for (k, ingest) in ingests.iter_mut().enumerate() {
-                let (c0, t0) = (process_cpu_seconds(), Instant::now());
+                let (c0, t0) = (cpu_seconds(), Instant::now());
                 push_pass(ingest, &frames, every, pass as u64)?;
                 ingest.flush()?;
                 if pass > 0 {
-                    walls[k].push((t0.elapsed().as_secs_f64(), process_cpu_seconds() - c0));
+                    walls[k].push((t0.elapsed().as_secs_f64(), cpu_seconds() - c0));
                 }
             }
         }
