@@ -94,8 +94,9 @@ pub(crate) struct Storage {
     /// zstd:LEVEL (smaller, for archives; level 1-22, default 3). Queries read any mix.
     #[arg(long, value_name = "CODEC", default_value = "none")]
     pub compress: pcaptool_flowstore::Codec,
-    /// Raw bytes a compressed block aims at (4K to 1M; default 64K for lz4, 256K for zstd): larger blocks
-    /// compress better, smaller ones make a lookup of one flow decompress less.
+    /// Raw bytes a compressed block aims at (4K to 1M; default 64K for lz4, 256K for zstd, and 64K for a
+    /// deduplicated segment an eighth of whose data was left out): larger blocks compress better, smaller ones
+    /// make a lookup of one flow decompress less.
     #[arg(long, value_name = "BYTES", value_parser = parse_block_size)]
     pub block_size: Option<usize>,
     /// Store a flow direction whose payload an earlier one of the same segment carried (the same file fetched

@@ -10,6 +10,7 @@
 //! removed by the next writer.
 
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +58,7 @@ impl Store {
     ) -> Result<CompactStats, StoreError> {
         self.writable()?;
         let dedup = dedup && codec.is_compressed();
-        let block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        let block_size = block_size.map(|b| b.clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE));
         let mut st = CompactStats::default();
         let mut done = 0u64;
         for i in 0..self.segments.len() {
@@ -93,13 +94,20 @@ fn tmp_of(path: &Path) -> PathBuf {
 #[derive(Clone, Copy)]
 struct Target {
     codec: Codec,
-    block_size: usize,
+    /// `None`: the codec's default, or deduplicated as [`Codec::deduplicated_block_size`] says.
+    block_size: Option<usize>,
     dedup: bool,
     generation: u32,
 }
 
 /// Writes segment `seg` (of `dir`) again with `codec` as its next generation, and returns it opened.
-fn recompress(dir: &Path, seg: &Segment, codec: Codec, block_size: usize, dedup: bool) -> Result<Segment, StoreError> {
+fn recompress(
+    dir: &Path,
+    seg: &Segment,
+    codec: Codec,
+    block_size: Option<usize>,
+    dedup: bool,
+) -> Result<Segment, StoreError> {
     let s1 = &seg.stage1;
     let generation = s1.generation.checked_add(1).ok_or_else(|| StoreError::Corrupt {
         path: seg.index.clone(),
@@ -132,13 +140,40 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     let raw = raw.bytes();
     let entries = seg.stage2()?.check_all()?;
     let corrupt = |offset: u64, why: String| StoreError::Corrupt { path: seg.data.clone(), offset, why };
-    // The raw data as the writer lays it out: the pcap header, then each slot's packets, a block boundary
-    // allowed after each.
     let io = |e| StoreError::io(data_tmp, e);
+    // Deduplicated, what each flow leaves out is decided first, so that the block size can follow how much was
+    // found: the raw byte ranges left out, in order.
+    let mut dd = t.dedup.then(Deduper::default);
+    let mut cuts: Vec<Range<usize>> = Vec::new();
+    let mut at = 24usize;
+    let mut spans = Vec::with_capacity(entries.len());
+    for e in &entries {
+        let span = usize::try_from(e.data_offset)
+            .ok()
+            .filter(|&from| from == at)
+            .and_then(|from| Some(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
+            .filter(|r| r.end <= raw.len())
+            .ok_or_else(|| {
+                corrupt(e.data_offset, format!("flow {} does not follow the flow before it in the data", e.flow.id))
+            })?;
+        if let Some(dd) = dd.as_mut().filter(|_| !e.is_no_flow()) {
+            elide_in(raw, span.clone(), s1.linktype, dd, &mut cuts).map_err(io)?;
+        }
+        at = span.end;
+        spans.push(span);
+    }
+    if at != raw.len() {
+        return Err(corrupt(at as u64, format!("the flows end at byte {at} of {}", raw.len())));
+    }
+    let block_size = match (t.block_size, &dd) {
+        (Some(b), _) => b,
+        (None, Some(dd)) => t.codec.deduplicated_block_size(dd.elided, raw.len() as u64),
+        (None, None) => t.codec.default_block_size(),
+    };
     let mut w = Sink::new(
         DataOut::create(data_tmp, Stage::default()).map_err(io)?,
         t.codec,
-        t.block_size,
+        block_size,
         Vec::new(),
         Helper::default(),
     );
@@ -148,25 +183,17 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
         head[..4].copy_from_slice(&DEDUP_MAGIC);
     }
     w.put(&head).map_err(io)?;
-    let mut dd = t.dedup.then(Deduper::default);
-    let mut at = 24usize;
-    for e in &entries {
-        let span = usize::try_from(e.data_offset)
-            .ok()
-            .filter(|&from| from == at)
-            .and_then(|from| raw.get(from..from.checked_add(usize::try_from(e.data_len).ok()?)?))
-            .ok_or_else(|| {
-                corrupt(e.data_offset, format!("flow {} does not follow the flow before it in the data", e.flow.id))
-            })?;
-        match dd.as_mut().filter(|_| !e.is_no_flow()) {
-            Some(dd) => put_deduplicated(&mut w, raw, at, span.len(), s1.linktype, dd).map_err(io)?,
-            None => w.put(span).map_err(io)?,
+    // The raw data as the writer lays it out: the pcap header, then each slot's packets (but those left out), a
+    // block boundary allowed after each.
+    let mut cut = cuts.iter().peekable();
+    for span in spans {
+        let mut p = span.start;
+        while let Some(c) = cut.next_if(|c| c.start < span.end) {
+            w.put(&raw[p..c.start]).map_err(io)?;
+            p = c.end;
         }
+        w.put(&raw[p..span.end]).map_err(io)?;
         w.flow_end().map_err(io)?;
-        at += span.len();
-    }
-    if at != raw.len() {
-        return Err(corrupt(at as u64, format!("the flows end at byte {at} of {}", raw.len())));
     }
     let (_, map) = w.finish().map_err(io)?;
     let too_many = |_| corrupt(0, "more than 2^32 blocks or elisions".into());
@@ -205,49 +232,38 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     Ok(())
 }
 
-/// Writes the flow of raw bytes `at..at + len` of `raw` (its records) to `w`, leaving out the payload of a
-/// direction whose bytes an earlier one of the segment carried (see the `dedup` module). Which bytes are payload is
-/// read from each packet as the writer read it when it stored it.
-fn put_deduplicated(
-    w: &mut Sink,
+/// Adds to `cuts` the payloads of the flow of raw bytes `span` of `raw` (its records) to leave out: those of a
+/// direction whose bytes an earlier one of the segment carried (see the `dedup` module), in order. Which bytes
+/// are payload is read from each packet as the writer read it when it stored it.
+fn elide_in(
     raw: &[u8],
-    at: usize,
-    len: usize,
+    span: Range<usize>,
     linktype: pcaptool_packet::LinkType,
     dd: &mut Deduper,
+    cuts: &mut Vec<Range<usize>>,
 ) -> std::io::Result<()> {
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "a record runs past its flow");
     let le = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]) as usize;
-    // Each record: where it starts, its payload's offset in it and length (0: none), its direction.
-    let mut recs: Vec<(usize, usize, usize, usize)> = Vec::new();
+    // Each payload piece: its raw bytes and its direction.
+    let mut pieces: Vec<(Range<usize>, usize)> = Vec::new();
     let mut dirs: [Vec<Piece>; 2] = [Vec::new(), Vec::new()];
-    let mut p = at;
-    while p < at + len {
+    let mut p = span.start;
+    while p < span.end {
         let h = raw.get(p..p + 16).ok_or_else(bad)?;
         let (caplen, wirelen) = (le(h, 8), le(h, 12));
-        let data = raw.get(p + 16..p + 16 + caplen).ok_or_else(bad)?;
+        let data = raw.get(p + 16..p + 16 + caplen).filter(|_| p + 16 + caplen <= span.end).ok_or_else(bad)?;
         let f = crate::flow::read_flow(linktype, data);
         let payload = usize::try_from(f.payload).unwrap_or(usize::MAX);
         let dir = usize::from(matches!(f.flow, Some((_, pcaptool_packet::Direction::LoToHi))));
         if payload >= MIN_PIECE as usize && caplen == wirelen && payload <= caplen {
-            let o = 16 + caplen - payload;
-            dirs[dir].push(Piece { at: (p + o) as u64, raw: (p + o) as u64, len: payload as u32 });
-            recs.push((p, o, payload, dir));
-        } else {
-            recs.push((p, 0, 0, dir));
+            let o = p + 16 + caplen - payload;
+            dirs[dir].push(Piece { at: o as u64, raw: o as u64, len: payload as u32 });
+            pieces.push((o..o + payload, dir));
         }
         p += 16 + caplen;
     }
     let dup = [dd.consider(raw, &dirs[0]), dd.consider(raw, &dirs[1])];
-    for (i, &(start, o, l, dir)) in recs.iter().enumerate() {
-        let end = recs.get(i + 1).map_or(at + len, |r| r.0);
-        if l > 0 && dup[dir] {
-            w.put(&raw[start..start + o])?;
-            w.put(&raw[start + o + l..end])?;
-        } else {
-            w.put(&raw[start..end])?;
-        }
-    }
+    cuts.extend(pieces.into_iter().filter(|x| dup[x.1]).map(|x| x.0));
     Ok(())
 }
 
@@ -354,18 +370,12 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A deduplicated segment of format version 8 (elisions without checkpoints) is read as it is, and
-    /// compaction into another codec rewrites it as version 9, with checkpoints, and the same answer.
-    #[test]
-    fn version_8_elisions_are_read_and_compacted_to_version_9() {
-        let dir = std::env::temp_dir().join(format!("pcaptool-compact-v8-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        // 40 TCP connections, each sending the same 30 payloads of 400 bytes: every one but the first elided,
-        // 1,170 elisions (more than one chunk of checkpoints).
+    /// A trace of `conns` TCP connections of 30 packets of 400 bytes of payload each: the same payloads in every
+    /// connection if `same`, else each connection's its own.
+    fn tcp_trace(conns: u16, same: bool) -> Vec<u8> {
         let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano).unwrap();
         let mut t = 1_700_000_000_000_000_000u64;
-        for c in 0u16..40 {
+        for c in 0..conns {
             for k in 0..30usize {
                 let mut f = vec![0u8; 54 + 400];
                 f[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -379,15 +389,77 @@ mod tests {
                 f[38..42].copy_from_slice(&(1000 + 400 * k as u32).to_be_bytes());
                 f[46] = 5 << 4;
                 f[47] = 0x18;
+                let salt = if same { 0 } else { usize::from(c) * 7919 };
                 for (j, b) in f[54..].iter_mut().enumerate() {
-                    *b = (k * 7 + j * 13) as u8;
+                    *b = ((k * 7 + j * 13 + salt) ^ (salt >> 3)) as u8;
                 }
                 w.write_packet(t, f.len() as u32, &f).unwrap();
                 t += 1000;
             }
         }
+        w.finish().unwrap()
+    }
+
+    /// The largest raw block of the store's first segment.
+    fn largest_block(store: &Store) -> u32 {
+        let map = store.segments()[0].blocks().unwrap();
+        map.entries.iter().map(|e| e.raw_len).max().unwrap()
+    }
+
+    /// Without a block size given, a deduplicated segment's blocks follow what was left out: 64 KiB where an
+    /// eighth of its data or more was elided, the codec's default (256 KiB for Zstandard) where less was, as
+    /// imported and as compacted; a size given is kept. Answers are the same every way.
+    #[test]
+    fn deduplicated_blocks_follow_what_was_elided() {
+        let dir = std::env::temp_dir().join(format!("pcaptool-compact-blocks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let zstd = Codec::Zstd { level: 3 };
+        for same in [true, false] {
+            let trace = dir.join(format!("t-{same}.pcap"));
+            std::fs::write(&trace, tcp_trace(150, same)).unwrap();
+            let want = {
+                let d = dir.join("plain");
+                let _ = std::fs::remove_dir_all(&d);
+                let mut store = Store::create(&d).unwrap();
+                store.import(&trace, &ImportOptions::default(), &mut |_| {}).unwrap();
+                answer(&store)
+            };
+            for given in [None, Some(32 << 10)] {
+                let d = dir.join(format!("store-{same}-{given:?}"));
+                let mut store = Store::create(&d).unwrap();
+                let opts = ImportOptions { compress: zstd, dedup: true, block_size: given, ..ImportOptions::default() };
+                store.import(&trace, &opts, &mut |_| {}).unwrap();
+                let s1 = &store.segments()[0].stage1;
+                assert_eq!(s1.elided_bytes * 8 >= s1.bytes, same, "{same}: elided {} of {}", s1.elided_bytes, s1.bytes);
+                let most = |store: &Store| match (given, same) {
+                    (Some(b), _) => largest_block(store) < b as u32 + 20_000,
+                    (None, true) => largest_block(store) < (64 << 10) + 20_000,
+                    (None, false) => largest_block(store) >= 256 << 10,
+                };
+                assert!(most(&store), "{same} {given:?}: imported in blocks of up to {}", largest_block(&store));
+                assert_eq!(answer(&store), want, "{same} {given:?}: imported");
+                // Compacted into LZ4 and back: the same rule.
+                store.compact(Codec::Lz4, given, true, &mut |_| {}).unwrap();
+                store.compact(zstd, given, true, &mut |_| {}).unwrap();
+                assert!(most(&store), "{same} {given:?}: compacted in blocks of up to {}", largest_block(&store));
+                assert_eq!(answer(&store), want, "{same} {given:?}: compacted");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A deduplicated segment of format version 8 (elisions without checkpoints) is read as it is, and
+    /// compaction into another codec rewrites it as version 9, with checkpoints, and the same answer.
+    #[test]
+    fn version_8_elisions_are_read_and_compacted_to_version_9() {
+        let dir = std::env::temp_dir().join(format!("pcaptool-compact-v8-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // 40 TCP connections, each sending the same 30 payloads of 400 bytes: every one but the first elided,
+        // 1,170 elisions (more than one chunk of checkpoints).
         let trace = dir.join("t.pcap");
-        std::fs::write(&trace, w.finish().unwrap()).unwrap();
+        std::fs::write(&trace, tcp_trace(40, true)).unwrap();
         let store_dir = dir.join("store");
         let mut store = Store::create(&store_dir).unwrap();
         let opts = ImportOptions { compress: Codec::Zstd { level: 3 }, dedup: true, ..ImportOptions::default() };

@@ -194,7 +194,8 @@ pub struct SegmentWriter {
     last_seq: u64,
     /// How the data file is stored, the raw size its blocks aim at, and whether flows' payloads are deduplicated.
     codec: Codec,
-    block_size: usize,
+    /// `None`: the codec's default, or with `dedup` as [`Codec::deduplicated_block_size`] says per segment.
+    block_size: Option<usize>,
     dedup: bool,
     /// When its close compresses on a second thread.
     helper: Helper,
@@ -232,7 +233,7 @@ impl SegmentWriter {
             first_seq: u64::MAX,
             last_seq: 0,
             codec: Codec::None,
-            block_size: Codec::None.default_block_size(),
+            block_size: None,
             dedup: false,
             helper: Helper::default(),
         };
@@ -241,13 +242,14 @@ impl SegmentWriter {
     }
 
     /// Stores the data file with `codec` in blocks of about `block_size` raw bytes (clamped to
-    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]; `None`: the codec's default); plain pcap by default. With `dedup`
-    /// (compressed data only), a flow direction whose payload an earlier one of the segment carried is stored
-    /// without it (see the `dedup` module).
+    /// [`MIN_BLOCK_SIZE`]..=[`MAX_BLOCK_SIZE`]; `None`: the codec's default, or deduplicated, per segment as
+    /// [`Codec::deduplicated_block_size`] says); plain pcap by default. With `dedup` (compressed data only), a
+    /// flow direction whose payload an earlier one of the segment carried is stored without it (see the `dedup`
+    /// module).
     pub fn set_storage(&mut self, codec: Codec, block_size: Option<usize>, dedup: bool) {
         self.codec = codec;
         self.dedup = dedup && codec.is_compressed();
-        self.block_size = block_size.unwrap_or(codec.default_block_size()).clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        self.block_size = block_size.map(|b| b.clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE));
     }
 
     /// Compresses on a second thread at its close only when `helper` says so (always by default).
@@ -564,22 +566,6 @@ impl SegmentWriter {
         order[1..].sort_unstable_by_key(|&s| self.mem.slots[s as usize].flow.id);
         let io = |e| StoreError::io(data_tmp, e);
         let out = DataOut::create(data_tmp, std::mem::take(&mut self.mem.stage)).map_err(io)?;
-        let helper = self.helper.clone();
-        let mut w = Sink::new(out, self.codec, self.block_size, std::mem::take(&mut self.mem.sums), helper);
-        // The data file's snapshot length: the largest of its interfaces' (libpcap cuts a longer record to it).
-        let snaplen = self.ifaces.iter().map(|f| f.snaplen).max().unwrap_or(0);
-        let mut h = [0u8; 24];
-        h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
-        h[4..6].copy_from_slice(&2u16.to_le_bytes());
-        h[6..8].copy_from_slice(&4u16.to_le_bytes());
-        h[16..20].copy_from_slice(&snaplen.to_le_bytes());
-        h[20..24].copy_from_slice(&self.linktype.0.to_le_bytes());
-        // Deduplicated data is no pcap stream once decompressed (payloads are elsewhere): its magic says so.
-        let mut stored_head = h;
-        if self.dedup {
-            stored_head[0..4].copy_from_slice(&DEDUP_MAGIC);
-        }
-        w.put(&stored_head).map_err(io)?;
         let mut at = 24u64;
         let (mut t_min, mut t_max) = (u64::MAX, 0u64);
         let corrupt = |why: &str| StoreError::Corrupt {
@@ -630,10 +616,51 @@ impl SegmentWriter {
         // Now each slot's cursor is where its packets end in `sorted`; each packet's lines are loaded 8 packets
         // before its turn (a line-set is 2-3 lines: its offset in the arena is any).
         let ahead = 8;
-        let mut j = 0usize;
+        // Deduplicated, what each flow leaves out is decided for the whole segment before its data is written, so
+        // that the block size can follow how much was found: the packets whose payload is left out (their place
+        // in `sorted`, the payload's offset in the record and its length), in order.
         let mut dd = self.dedup.then(Deduper::default);
-        // Per packet of the flow being written: the payload bytes left out (offset in its record, length).
-        let mut elide: Vec<(usize, usize)> = Vec::new();
+        let mut elided: Vec<(u32, u32, u32)> = Vec::new();
+        let mut raw = 24u64;
+        if let Some(dd) = dd.as_mut() {
+            let mut elide: Vec<(usize, usize)> = Vec::new();
+            let mut j = 0usize;
+            for &s in &order {
+                let end = cursor[s as usize] as usize;
+                elide.clear();
+                // (The packets of no flow are never elided.)
+                let stop = elide_flow(&m.buf, &sorted[j..end], raw, (s != 0).then_some(&mut *dd), &mut elide)
+                    .ok_or_else(|| corrupt("a record is cut"))?;
+                for (k, &(o, l)) in elide.iter().enumerate().filter(|e| e.1.1 > 0) {
+                    elided.push(((j + k) as u32, o as u32, l as u32));
+                }
+                raw = stop;
+                j = end;
+            }
+        }
+        let block_size = match (self.block_size, &dd) {
+            (Some(b), _) => b,
+            (None, Some(dd)) => self.codec.deduplicated_block_size(dd.elided, raw),
+            (None, None) => self.codec.default_block_size(),
+        };
+        let helper = self.helper.clone();
+        let mut w = Sink::new(out, self.codec, block_size, std::mem::take(&mut m.sums), helper);
+        // The data file's snapshot length: the largest of its interfaces' (libpcap cuts a longer record to it).
+        let snaplen = self.ifaces.iter().map(|f| f.snaplen).max().unwrap_or(0);
+        let mut h = [0u8; 24];
+        h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        h[4..6].copy_from_slice(&2u16.to_le_bytes());
+        h[6..8].copy_from_slice(&4u16.to_le_bytes());
+        h[16..20].copy_from_slice(&snaplen.to_le_bytes());
+        h[20..24].copy_from_slice(&self.linktype.0.to_le_bytes());
+        // Deduplicated data is no pcap stream once decompressed (payloads are elsewhere): its magic says so.
+        let mut stored_head = h;
+        if self.dedup {
+            stored_head[0..4].copy_from_slice(&DEDUP_MAGIC);
+        }
+        w.put(&stored_head).map_err(io)?;
+        let mut j = 0usize;
+        let mut next_elided = elided.iter().peekable();
         // The packets of no flow by group (see `NoFlowGroup`), each group's in the order they came; per group its
         // end in `sorted`, and what it took.
         let mut group_ends = Vec::new();
@@ -646,11 +673,6 @@ impl SegmentWriter {
                 group_ends.iter_mut().for_each(|e| *e += j);
             }
             let (mut group_data, mut group_pos, mut group_first) = (at, positions.len(), j);
-            elide.clear();
-            if let Some(dd) = dd.as_mut().filter(|_| s != 0) {
-                elide_flow(&m.buf, &sorted[j..end], at, dd, &mut elide).ok_or_else(|| corrupt("a record is cut"))?;
-            }
-            let first = j;
             while j < end {
                 if let Some(&next) = sorted.get(j + ahead) {
                     let (lo, size) = ((next & 0xff_ffff_ffff) as usize, (next >> 40) as usize);
@@ -671,12 +693,14 @@ impl SegmentWriter {
                 let (len, wirelen) = (word(r, 8) as usize, word(r, 12));
                 let record =
                     m.buf.get(from + HEAD..from + HEAD + 16 + len).ok_or_else(|| corrupt("a record is cut"))?;
-                match elide.get(j - first) {
-                    Some(&(o, l)) if l > 0 => {
-                        w.put(&record[..o]).map_err(io)?;
-                        w.put(&record[o + l..]).map_err(io)?;
+                match next_elided.next_if(|e| e.0 as usize == j) {
+                    Some(&(_, o, l)) => {
+                        let (o, l) = (o as usize, l as usize);
+                        let kept = record.get(..o).zip(record.get(o + l..)).ok_or_else(|| corrupt("an elision"))?;
+                        w.put(kept.0).map_err(io)?;
+                        w.put(kept.1).map_err(io)?;
                     }
-                    _ => w.put(record).map_err(io)?,
+                    None => w.put(record).map_err(io)?,
                 }
                 at += record.len() as u64;
                 put_varint(&mut positions, if bits == 0 { delta } else { delta << bits | iface });
@@ -821,8 +845,15 @@ pub(crate) const DEDUP_MAGIC: [u8; 4] = *b"PTDD";
 
 /// Decides which payload bytes of a flow's packets to leave out: `sorted` holds where each packet is in the
 /// arena `buf` (as the writer's sort leaves it), `at` where the flow starts in the raw data. Fills `elide` with
-/// each packet's (offset in its record, length) left out, (0, 0) for none. `None` if a record is cut.
-fn elide_flow(buf: &[u8], sorted: &[u64], at: u64, dd: &mut Deduper, elide: &mut Vec<(usize, usize)>) -> Option<()> {
+/// each packet's (offset in its record, length) left out, (0, 0) for none (all of them without `dd`). Returns
+/// where the flow ends in the raw data; `None` if a record is cut.
+fn elide_flow(
+    buf: &[u8],
+    sorted: &[u64],
+    at: u64,
+    dd: Option<&mut Deduper>,
+    elide: &mut Vec<(usize, usize)>,
+) -> Option<u64> {
     let word = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
     let mut dirs: [Vec<Piece>; 2] = [Vec::new(), Vec::new()];
     let mut side = Vec::with_capacity(sorted.len());
@@ -848,13 +879,16 @@ fn elide_flow(buf: &[u8], sorted: &[u64], at: u64, dd: &mut Deduper, elide: &mut
         side.push(usize::from(orig));
         raw += 16 + len as u64;
     }
-    let dup = [dd.consider(buf, &dirs[0]), dd.consider(buf, &dirs[1])];
+    let dup = match dd {
+        Some(dd) => [dd.consider(buf, &dirs[0]), dd.consider(buf, &dirs[1])],
+        None => [false; 2],
+    };
     for (e, &d) in elide.iter_mut().zip(&side) {
         if !dup[d] {
             *e = (0, 0);
         }
     }
-    Some(())
+    Some(raw)
 }
 
 /// Where a segment's data goes: a plain pcap file with a checksum per block of [`BLOCK_LOG2`] bytes, or
