@@ -496,6 +496,8 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
         let mut sink =
             ByteLimit { inner: sink, max_bytes: max_bytes.unwrap_or(u64::MAX), bytes: 0, packets: 0, reached: false };
         let result = source.run(&req, &mut sink);
+        // The query's work is over: its place is free before the client sees the end or the log says so.
+        drop(permit);
         // Failed before its first byte: the handler answers with the error's own status.
         if !first.fired()
             && let Err(e) = result.as_ref()
@@ -541,7 +543,6 @@ async fn query(State(state): State<Shared>, req: HttpRequest) -> Response {
             started,
             &outcome,
         );
-        drop(permit);
     });
     let ct = if pcapng { "application/x-pcapng" } else { "application/vnd.tcpdump.pcap" };
     let mut headers = HeaderMap::new();
@@ -688,7 +689,7 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
     let (stream, writer, tx, sent) = body::channel(cancel.clone(), body::First::new(None).0);
     let (who, peer, n) = (p.who.clone(), p.peer, records.len() as u64);
     tokio::task::spawn_blocking(move || {
-        let (_permit, _watch) = (permit, watch);
+        let _watch = watch;
         let mut w = std::io::BufWriter::with_capacity(64 << 10, writer);
         let mut outcome = "ok".to_string();
         for r in &records {
@@ -705,6 +706,8 @@ async fn flows(State(state): State<Shared>, req: HttpRequest) -> Response {
         if w.flush().is_err() {
             outcome = "cancelled (the client went away)".into();
         }
+        // Its place is free before the client sees the end or the log says so.
+        drop(permit);
         drop(w);
         drop(tx);
         log_request(
