@@ -209,7 +209,7 @@ fn write_new(seg: &Segment, t: Target, data_tmp: &Path, index_tmp: &Path) -> Res
     };
     (stage1.elided_bytes, stage1.n_elisions, stage1.elisions_len) = (0, 0, 0);
     if let Some(mut dd) = dd {
-        let e = dd.encode(stage1.version >= 9);
+        let e = dd.encode(stage1.checkpointed());
         stage1.elided_bytes = dd.elided;
         stage1.n_elisions = u32::try_from(dd.elisions.len()).map_err(too_many)?;
         stage1.elisions_len = u32::try_from(e.len()).map_err(too_many)?;

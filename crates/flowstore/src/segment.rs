@@ -272,7 +272,7 @@ impl Segment {
         let at = s1.stage2_at + s1.stage2_len + s1.positions_len;
         let (n, elided) = (s1.n_elisions as usize, s1.elided_bytes);
         let bad = |why: ElisionError| self.elisions_error(at, why);
-        let (dir, elisions) = if s1.version >= 9 && s1.dedup {
+        let (dir, elisions) = if s1.checkpointed() && s1.dedup {
             // The block directory and the checkpoints, checked against stage 1; the varints between them are
             // read a chunk at a time as reads need them, each chunk checked against its checkpoint.
             let dir_len = s1.n_blocks as usize * ENTRY_BYTES;
@@ -285,10 +285,7 @@ impl Segment {
             let table_at = at + (dir_len + varints) as u64;
             self.index_file.read_exact_at(&mut dir, at).map_err(|e| StoreError::io(&self.index, e))?;
             self.index_file.read_exact_at(&mut table, table_at).map_err(|e| StoreError::io(&self.index, e))?;
-            let mut crc = crc32fast::Hasher::new();
-            crc.update(&dir);
-            crc.update(&table);
-            if crc.finalize() != s1.sums_crc {
+            if Stage1::directory_crc(&dir, &table) != s1.sums_crc {
                 return Err(self.corrupt(at, "the block directory's checksum does not match"));
             }
             let file = Varints::File { file: self.index_file.clone(), at: at + dir_len as u64, len: varints };

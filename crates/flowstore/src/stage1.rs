@@ -259,18 +259,31 @@ impl Stage1 {
         }
     }
 
+    /// Whether deduplicated data's elisions carry checkpoints (format 9 on): then `sums_crc` covers the block
+    /// directory and the checkpoints, not the elisions' varints, each chunk of which has its CRC in its checkpoint,
+    /// so that a reader reads only the chunks it needs.
+    pub(crate) fn checkpointed(&self) -> bool {
+        self.version >= 9
+    }
+
     /// The CRC-32 of the index's last part `part` that stage 1 holds (`sums_crc`): of the whole part, or, of
-    /// deduplicated data from version 9 on, of the block directory and the elisions' checkpoints (each chunk of
-    /// elisions has its own CRC in its checkpoint, so that a reader reads only the chunks it needs).
+    /// [checkpointed](Self::checkpointed) deduplicated data, of the block directory and the checkpoints (see
+    /// [`directory_crc`](Self::directory_crc)).
     pub(crate) fn part_crc(&self, part: &[u8]) -> u32 {
-        if !(self.version >= 9 && self.dedup) {
+        if !(self.checkpointed() && self.dedup) {
             return crc32fast::hash(part);
         }
         let table = crate::dedup::checkpoint_bytes(self.n_elisions as usize, true);
         let dir = (self.n_blocks as usize * ENTRY_BYTES).min(part.len());
+        Stage1::directory_crc(&part[..dir], &part[part.len().saturating_sub(table).max(dir)..])
+    }
+
+    /// `sums_crc` of checkpointed deduplicated data: the CRC-32 of its block directory `dir` followed by its
+    /// elisions' checkpoints `table`.
+    pub(crate) fn directory_crc(dir: &[u8], table: &[u8]) -> u32 {
         let mut crc = crc32fast::Hasher::new();
-        crc.update(&part[..dir]);
-        crc.update(&part[part.len().saturating_sub(table).max(dir)..]);
+        crc.update(dir);
+        crc.update(table);
         crc.finalize()
     }
 
