@@ -41,7 +41,7 @@ pub const MIN_BLOCK_SIZE: usize = 4 << 10;
 /// largest block (4 MiB).
 pub const MAX_BLOCK_SIZE: usize = 1 << 20;
 /// The most raw bytes a block may hold (an LZ4 frame's largest block).
-const MAX_RAW: usize = 4 << 20;
+pub(crate) const MAX_RAW: usize = 4 << 20;
 /// Bytes of a block's directory entry.
 pub(crate) const ENTRY_BYTES: usize = 16;
 
@@ -165,6 +165,8 @@ pub(crate) struct BlockMap {
     stored_at: Vec<u64>,
     /// Deduplicated data: the raw bytes left out of the blocks.
     elisions: Elisions,
+    /// The raw bytes of the largest block.
+    largest: usize,
 }
 
 impl BlockMap {
@@ -196,7 +198,8 @@ impl BlockMap {
         }
         raw_at.push(r);
         stored_at.push(s);
-        Ok(BlockMap { codec, entries, raw_at, stored_at, elisions: Elisions::none() })
+        let largest = entries.iter().map(|e| e.raw_len as usize).max().unwrap_or(0);
+        Ok(BlockMap { codec, entries, raw_at, stored_at, elisions: Elisions::none(), largest })
     }
 
     /// The directory of deduplicated data whose raw bytes `elisions` are left out of the blocks: the blocks'
@@ -253,6 +256,11 @@ impl BlockMap {
         self.stored_at[bs.start]..self.stored_at[bs.end]
     }
 
+    /// The raw bytes of the largest block.
+    pub(crate) fn largest_block(&self) -> usize {
+        self.largest
+    }
+
     /// Raw bytes in all.
     pub(crate) fn raw_len(&self) -> u64 {
         self.raw_at.last().copied().unwrap_or(0)
@@ -260,14 +268,7 @@ impl BlockMap {
 
     /// Checks block `b`'s stored bytes `stored` and decompresses them onto `out`, checking what comes out; the
     /// errors name the data file `path`, the block and its bytes.
-    pub(crate) fn decompress(
-        &self,
-        path: &Path,
-        b: usize,
-        stored: &[u8],
-        out: &mut Vec<u8>,
-        z: &mut Zstd,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn decompress(&self, path: &Path, b: usize, stored: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
         let e = self.entries[b];
         let at = self.stored_at[b];
         let bad = |why: String| StoreError::Corrupt {
@@ -287,25 +288,26 @@ impl BlockMap {
             });
         }
         let from = out.len();
-        out.resize(from + e.raw_len as usize, 0);
-        let dst = &mut out[from..];
+        let n = e.raw_len as usize;
         match self.codec {
             Codec::None => return Err(bad("a plain segment has no blocks".into())),
-            Codec::Lz4 => lz4_frame_decode(stored, dst).map_err(bad)?,
-            Codec::Zstd { .. } => z.decompress(stored, dst).map_err(bad)?,
+            Codec::Lz4 => {
+                out.resize(from + n, 0);
+                lz4_frame_decode(stored, &mut out[from..]).map_err(bad)?;
+            }
+            Codec::Zstd { .. } => zstd_decompress(stored, out, n).map_err(bad)?,
         }
-        if crc32c::crc32c(dst) != e.raw_crc {
+        if crc32c::crc32c(&out[from..]) != e.raw_crc {
             return Err(bad("its decompressed bytes do not match their checksum".into()));
         }
         Ok(())
     }
 }
 
-/// A Zstandard context, made when first needed and kept for the next block.
+/// A Zstandard compression context, made when first needed and kept for the next block.
 #[derive(Default)]
 pub(crate) struct Zstd {
     c: Option<(u8, zstd::bulk::Compressor<'static>)>,
-    d: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl fmt::Debug for Zstd {
@@ -324,24 +326,50 @@ impl Zstd {
         c.compress_to_buffer(raw, out)?;
         Ok(())
     }
+}
 
-    fn decompress(&mut self, stored: &[u8], dst: &mut [u8]) -> Result<(), String> {
-        if self.d.is_none() {
-            self.d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
-        }
-        let Some(d) = &mut self.d else { unreachable!("made above") };
-        // A frame must be whole and give exactly the block's bytes.
-        match zstd::zstd_safe::get_frame_content_size(stored) {
-            Ok(Some(n)) if n == dst.len() as u64 => {}
-            Ok(n) => return Err(format!("a Zstandard frame of {n:?} bytes for a block of {}", dst.len())),
-            Err(_) => return Err("not a Zstandard frame".into()),
-        }
-        let n = d.decompress_to_buffer(stored, dst).map_err(|e| format!("Zstandard: {e}"))?;
-        if n != dst.len() {
-            return Err(format!("{n} bytes decompressed, {} expected", dst.len()));
-        }
-        Ok(())
+/// Calls `f` with this thread's Zstandard decompression context, made when first needed and kept: a needle
+/// decompresses a few blocks and index parts of each of many segments, and making a context each time showed.
+pub(crate) fn with_zstd_decompressor<R>(
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<R>,
+) -> std::io::Result<R> {
+    thread_local! {
+        static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
     }
+    DCTX.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        let Some(d) = slot.as_mut() else { unreachable!("made above") };
+        f(d)
+    })
+}
+
+/// Decompresses the Zstandard frame `stored`, which must hold `n` bytes, onto the end of `out`, writing them
+/// once (into `out`'s spare room: not zeroed first).
+fn zstd_decompress(stored: &[u8], out: &mut Vec<u8>, n: usize) -> Result<(), String> {
+    // A frame must be whole and give exactly the block's bytes.
+    match zstd::zstd_safe::get_frame_content_size(stored) {
+        Ok(Some(len)) if len == n as u64 => {}
+        Ok(len) => return Err(format!("a Zstandard frame of {len:?} bytes for a block of {n}")),
+        Err(_) => return Err("not a Zstandard frame".into()),
+    }
+    let from = out.len();
+    out.reserve(n);
+    let got = with_zstd_decompressor(|d| {
+        // A cursor at the end of `out`: zstd writes after it and sets the length to its end.
+        let mut at = std::io::Cursor::new(&mut *out);
+        at.set_position(from as u64);
+        d.decompress_to_buffer(stored, &mut at)
+    })
+    .map_err(|e| format!("Zstandard: {e}"))?;
+    if got != n || out.len() != from + n {
+        out.truncate(from);
+        return Err(format!("{got} bytes decompressed, {n} expected"));
+    }
+    Ok(())
 }
 
 /// The LZ4 frame header of every block: LZ4's magic, then FLG (version 1, independent blocks, no checksums, no
@@ -799,15 +827,45 @@ mod tests {
         let e = compress(codec, raw, &mut stored, &mut z).unwrap();
         stored.truncate(e.stored_len as usize);
         let map = BlockMap::decode(codec, &BlockMap::encode(&[e]), 1, raw.len() as u64, stored.len() as u64).unwrap();
-        let mut out = Vec::new();
-        map.decompress(Path::new("d"), 0, &stored, &mut out, &mut z).unwrap();
-        assert_eq!(out, raw);
+        // Onto the end of what `out` holds.
+        let mut out = vec![7u8; 3];
+        map.decompress(Path::new("d"), 0, &stored, &mut out).unwrap();
+        assert_eq!(out[..3], [7, 7, 7]);
+        assert_eq!(out[3..], *raw);
         // Every flipped byte of the stored block is caught by its checksum, never decompressed.
         for at in [0, stored.len() / 2, stored.len() - 1] {
             let mut bad = stored.clone();
             bad[at] ^= 1;
-            let r = map.decompress(Path::new("d"), 0, &bad, &mut Vec::new(), &mut z);
+            let r = map.decompress(Path::new("d"), 0, &bad, &mut Vec::new());
             assert!(matches!(r, Err(StoreError::BlockChecksum { block: 0, .. })), "{at}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn a_zstd_block_must_be_one_frame_of_its_length() {
+        let raw: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let mut z = Zstd::default();
+        let mut one = Vec::new();
+        let e = compress(Codec::Zstd { level: 3 }, &raw, &mut one, &mut z).unwrap();
+        one.truncate(e.stored_len as usize);
+        // Two frames where the directory says one (checksums right): more bytes than the block has.
+        let two = [one.clone(), one].concat();
+        let entry = BlockEntry { stored_len: two.len() as u32, stored_crc: crc32c::crc32c(&two), ..e };
+        let map = BlockMap::decode(
+            Codec::Zstd { level: 3 },
+            &BlockMap::encode(&[entry]),
+            1,
+            raw.len() as u64,
+            two.len() as u64,
+        )
+        .unwrap();
+        // With room enough for both frames, and with none past the block.
+        for spare in [0, 3 * raw.len()] {
+            let mut out = Vec::with_capacity(4 + raw.len() + spare);
+            out.extend_from_slice(b"keep");
+            let r = map.decompress(Path::new("d"), 0, &two, &mut out);
+            assert!(matches!(&r, Err(StoreError::Corrupt { why, .. }) if why.contains("block 0")), "{r:?}");
+            assert_eq!(out, b"keep");
         }
     }
 
@@ -854,10 +912,9 @@ mod tests {
                 let raw: u64 = blocks.iter().map(|b| b.len() as u64).sum();
                 let stored: u64 = got.iter().map(|g| g.0.len() as u64).sum();
                 let map = BlockMap::decode(codec, &BlockMap::encode(&entries), entries.len(), raw, stored).unwrap();
-                let mut z = Zstd::default();
                 for (b, ((frame, _), want)) in got.iter().zip(&blocks).enumerate() {
                     let mut out = Vec::new();
-                    map.decompress(Path::new("d"), b, frame, &mut out, &mut z).unwrap();
+                    map.decompress(Path::new("d"), b, frame, &mut out).unwrap();
                     assert!(out == *want, "{codec} {pattern:b}: block {b}");
                 }
             }

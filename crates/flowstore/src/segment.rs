@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use pcaptool_packet::MappedFile;
 
-use crate::blocks::{BlockMap, ENTRY_BYTES, Zstd};
+use crate::blocks::{BlockMap, ENTRY_BYTES};
 use crate::codec::unseal;
 use crate::dedup::{self, ElisionError, Elisions, Varints};
 use crate::error::StoreError;
@@ -62,23 +62,70 @@ pub struct Segment {
 /// list's packets) or an elision's source decompresses each block once, not once per flow.
 #[derive(Debug, Default)]
 struct RecentBlocks {
-    blocks: std::collections::VecDeque<(usize, Vec<u8>)>,
+    blocks: std::collections::VecDeque<(usize, Recent)>,
 }
 
-/// Blocks kept (at most 8 × 4 MiB; 2 MiB of Zstandard's default blocks).
+/// A block kept: its bytes copied, or where they lie in a window a read returned (shared, not copied: a needle's
+/// blocks would otherwise be copied once more each, into memory never touched before).
+#[derive(Debug)]
+enum Recent {
+    Copied(Vec<u8>),
+    Shared(Arc<Vec<u8>>, Range<usize>),
+}
+
+/// Blocks kept: at most this many, holding no more bytes than this many of them (a shared window counted
+/// whole, once); 2 MiB of Zstandard's default blocks, 32 MiB of the largest.
 const RECENT: usize = 8;
 
 impl RecentBlocks {
     fn get(&self, b: usize) -> Option<&[u8]> {
-        self.blocks.iter().find(|x| x.0 == b).map(|x| x.1.as_slice())
+        self.blocks.iter().find(|x| x.0 == b).map(|x| match &x.1 {
+            Recent::Copied(v) => v.as_slice(),
+            Recent::Shared(w, r) => &w[r.clone()],
+        })
     }
 
-    fn put(&mut self, b: usize, bytes: &[u8]) {
-        let mut buf =
-            if self.blocks.len() >= RECENT { self.blocks.pop_front().map(|x| x.1) } else { None }.unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(bytes);
-        self.blocks.push_back((b, buf));
+    /// Bytes held: each copy, and each window shared once.
+    fn held(&self) -> usize {
+        let mut windows: Vec<*const Vec<u8>> = Vec::new();
+        let mut n = 0;
+        for (_, x) in &self.blocks {
+            match x {
+                Recent::Copied(v) => n += v.len(),
+                Recent::Shared(w, _) if !windows.contains(&Arc::as_ptr(w)) => {
+                    windows.push(Arc::as_ptr(w));
+                    n += w.len();
+                }
+                Recent::Shared(..) => {}
+            }
+        }
+        n
+    }
+
+    /// Keeps block `b`, whose bytes are `r` of window `w`: shared if the window fits in what the cache may
+    /// hold (`RECENT` blocks of `block` bytes, the segment's largest), else copied; the oldest go while the cache
+    /// holds too much.
+    fn put(&mut self, b: usize, w: &Arc<Vec<u8>>, r: Range<usize>, block: usize) {
+        let budget = RECENT * block.max(r.len());
+        let mut spare = None;
+        if self.blocks.len() >= RECENT {
+            spare = self.blocks.pop_front().map(|x| x.1);
+        }
+        let kept = if w.len() <= budget {
+            Recent::Shared(Arc::clone(w), r)
+        } else {
+            let mut buf = match spare {
+                Some(Recent::Copied(v)) => v,
+                _ => Vec::new(),
+            };
+            buf.clear();
+            buf.extend_from_slice(&w[r]);
+            Recent::Copied(buf)
+        };
+        self.blocks.push_back((b, kept));
+        while self.blocks.len() > 1 && self.held() > budget {
+            self.blocks.pop_front();
+        }
     }
 }
 
@@ -114,7 +161,7 @@ impl Segment {
     pub fn plain_data(&self) -> Result<Vec<u8>, StoreError> {
         Ok(match self.read_all()? {
             SegBytes::Mapped(m) => m.bytes().to_vec(),
-            SegBytes::Raw(v) => v,
+            SegBytes::Raw(v) => Arc::try_unwrap(v).unwrap_or_else(|v| v.to_vec()),
         })
     }
 
@@ -358,9 +405,11 @@ impl Segment {
             offset: at,
             why: format!("raw byte {at} is in no block read"),
         };
-        let mut out = RawWindow::default();
+        let mut buf =
+            Vec::with_capacity(usize::try_from(merged.iter().map(|r| r.end - r.start).sum::<u64>()).unwrap_or(0));
+        let mut pieces = Vec::with_capacity(merged.len());
         for (r, es) in merged.into_iter().zip(meeting) {
-            out.pieces.push((r.start, out.buf.len()));
+            pieces.push((r.start, buf.len()));
             let mut p = r.start;
             let copy = |from: u64, to: u64, src: u64, out: &mut Vec<u8>| -> Result<(), StoreError> {
                 let s = to_stream(src)?;
@@ -370,28 +419,28 @@ impl Segment {
             for e in es {
                 let lit = e.raw.clamp(p, r.end);
                 if p < lit {
-                    copy(p, lit, p, &mut out.buf)?;
+                    copy(p, lit, p, &mut buf)?;
                     p = lit;
                 }
                 let el = (e.raw + e.len).min(r.end);
                 if p < el {
-                    copy(p, el, e.src + (p - e.raw), &mut out.buf)?;
+                    copy(p, el, e.src + (p - e.raw), &mut buf)?;
                     p = el;
                 }
             }
             if p < r.end {
-                copy(p, r.end, p, &mut out.buf)?;
+                copy(p, r.end, p, &mut buf)?;
             }
             // The stored data begins with the mark of deduplicated data where the raw data has the pcap magic.
             if r.start < 4 {
-                let at = out.pieces.last().map_or(0, |x| x.1);
+                let at = pieces.last().map_or(0, |x| x.1);
                 let magic = 0xa1b2_3c4du32.to_le_bytes();
                 for k in r.start..r.end.min(4) {
-                    out.buf[at + (k - r.start) as usize] = magic[k as usize];
+                    buf[at + (k - r.start) as usize] = magic[k as usize];
                 }
             }
         }
-        Ok(out)
+        Ok(RawWindow { buf: Arc::new(buf), pieces })
     }
 
     /// Reads and decompresses the blocks that hold the stored data `ranges`, checking each block before and after
@@ -417,19 +466,20 @@ impl Segment {
                 _ => wanted.push(bs),
             }
         }
-        let mut w = RawWindow::default();
         let raw_total: u64 = wanted.iter().map(|r| map.raw_range(r.end - 1).end - map.raw_range(r.start).start).sum();
-        w.buf.reserve(usize::try_from(raw_total).unwrap_or(0));
+        let mut buf = Vec::with_capacity(usize::try_from(raw_total).unwrap_or(0));
+        let mut pieces = Vec::new();
+        // The blocks to keep for a neighbouring read, and where they are in `buf`.
+        let mut keep: Vec<(usize, Range<usize>)> = Vec::new();
         let mut stored = Vec::new();
-        let mut z = Zstd::default();
         let mut cache = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         for run in wanted {
             let mut b = run.start;
             while b < run.end {
                 // Blocks decompressed lately (a flow read after flow, an elision's source) are copied.
                 if let Some(bytes) = cache.get(b) {
-                    w.pieces.push((map.raw_range(b).start, w.buf.len()));
-                    w.buf.extend_from_slice(bytes);
+                    pieces.push((map.raw_range(b).start, buf.len()));
+                    buf.extend_from_slice(bytes);
                     b += 1;
                     continue;
                 }
@@ -444,16 +494,20 @@ impl Segment {
                 for k in b..end {
                     let at = (map.stored_range(k..k + 1).start - sr.start) as usize;
                     let len = map.entries[k].stored_len as usize;
-                    let from = w.buf.len();
-                    w.pieces.push((map.raw_range(k).start, from));
-                    map.decompress(&self.data, k, &stored[at..at + len], &mut w.buf, &mut z)?;
+                    let from = buf.len();
+                    pieces.push((map.raw_range(k).start, from));
+                    map.decompress(&self.data, k, &stored[at..at + len], &mut buf)?;
                     // The blocks a neighbouring read may share: a run's ends (its inner blocks are its own).
                     if k == run.start || k + 1 == run.end {
-                        cache.put(k, &w.buf[from..]);
+                        keep.push((k, from..buf.len()));
                     }
                 }
                 b = end;
             }
+        }
+        let w = RawWindow { buf: Arc::new(buf), pieces };
+        for (k, r) in keep {
+            cache.put(k, &w.buf, r, map.largest_block());
         }
         Ok(w)
     }
@@ -640,7 +694,7 @@ impl Segment {
 /// starts in the raw data and in `buf`.
 #[derive(Debug, Default)]
 pub(crate) struct RawWindow {
-    pub buf: Vec<u8>,
+    pub buf: Arc<Vec<u8>>,
     pub pieces: Vec<(u64, usize)>,
 }
 
@@ -669,7 +723,7 @@ impl RawWindow {
 #[derive(Debug)]
 pub(crate) enum SegBytes {
     Mapped(MappedFile),
-    Raw(Vec<u8>),
+    Raw(Arc<Vec<u8>>),
 }
 
 impl SegBytes {
@@ -698,4 +752,52 @@ pub(crate) struct Record {
     pub at: usize,
     pub len: usize,
     pub iface: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_blocks_share_small_windows_and_copy_large_ones() {
+        let mut recent = RecentBlocks::default();
+        let window = |n: usize| Arc::new((0..n).map(|i| i as u8).collect::<Vec<u8>>());
+        // A window of four blocks of 10 bytes: shared.
+        let small = window(40);
+        recent.put(1, &small, 10..20, 10);
+        assert!(matches!(recent.blocks[0].1, Recent::Shared(..)));
+        assert_eq!(recent.get(1), Some(&small[10..20]));
+        // A window of more than RECENT blocks: the block copied, the window not held.
+        let large = window(10 * (RECENT + 1));
+        recent.put(2, &large, 30..40, 10);
+        assert!(matches!(recent.blocks[1].1, Recent::Copied(..)));
+        assert_eq!(recent.get(2), Some(&large[30..40]));
+        assert_eq!(Arc::strong_count(&large), 1);
+        assert_eq!(recent.held(), 50);
+        // Blocks of one window count it once.
+        recent.put(3, &small, 0..10, 10);
+        assert_eq!(recent.held(), 50);
+        // A second window of four blocks would hold 90 bytes > 80: the oldest go until it fits.
+        let other = window(40);
+        recent.put(4, &other, 0..10, 10);
+        assert_eq!(recent.held(), 80);
+        assert_eq!((recent.get(1), recent.get(2)), (None, None));
+        assert_eq!(recent.get(3), Some(&small[0..10]));
+        assert_eq!(recent.get(4), Some(&other[0..10]));
+        assert_eq!(Arc::strong_count(&small), 2);
+        // Never more than RECENT blocks.
+        let tiny = window(10);
+        for b in 10..10 + 2 * RECENT {
+            recent.put(b, &tiny, 0..10, 10);
+        }
+        assert_eq!((recent.blocks.len(), recent.held()), (RECENT, 10));
+        for b in 100..100 + 2 * RECENT {
+            recent.put(b, &window(10), 0..10, 10);
+        }
+        assert_eq!(recent.blocks.len(), RECENT);
+        assert_eq!(recent.held(), RECENT * 10);
+        // A short block (a segment's last) is held to the segment's budget, not its own.
+        recent.put(200, &window(2), 0..2, 10);
+        assert_eq!((recent.blocks.len(), recent.held()), (RECENT, (RECENT - 1) * 10 + 2));
+    }
 }

@@ -435,7 +435,8 @@ fn compress(raw: &[u8]) -> Vec<u8> {
 }
 
 fn decompress(z: &[u8], raw_len: usize, what: &str) -> Result<Vec<u8>, String> {
-    let raw = zstd::bulk::decompress(z, raw_len).map_err(|e| format!("{what}: {e}"))?;
+    let raw =
+        crate::blocks::with_zstd_decompressor(|d| d.decompress(z, raw_len)).map_err(|e| format!("{what}: {e}"))?;
     if raw.len() != raw_len {
         return Err(format!("{what}: {} bytes, {raw_len} expected", raw.len()));
     }
