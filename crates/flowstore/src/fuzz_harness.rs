@@ -28,6 +28,13 @@ struct Fixture {
     answer: Vec<(u64, Vec<u8>)>,
 }
 
+/// This process's directory for the fixtures and the files made from them (see
+/// [`scratch_dir`](pcaptool_packet::fuzz_harness::scratch_dir)).
+fn scratch() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| pcaptool_packet::fuzz_harness::scratch_dir("pcaptool-store-fuzz").expect("temporary directory"))
+}
+
 /// A 1500-packet Ethernet trace (TCP with handshakes and FINs, UDP, ARP) imported into a one-segment store.
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
@@ -44,8 +51,7 @@ fn compressed_fixture(zstd: bool, dedup: bool) -> &'static Fixture {
 
 fn make_fixture(codec: Codec, dedup: bool) -> Fixture {
     {
-        let dir = std::env::temp_dir().join(format!("pcaptool-store-fuzz-{}-{codec}-{dedup}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = scratch().join(format!("{codec}-{dedup}"));
         std::fs::create_dir_all(&dir).expect("temporary directory");
         let trace = dir.join("fixture.pcap");
         let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano).expect("writer");
@@ -370,8 +376,8 @@ fn reseal_blocks(index: &mut [u8], data: &[u8]) {
 
 /// `bytes` written to a temporary file, and the file open.
 fn tempfile_with(bytes: &[u8]) -> std::io::Result<(PathBuf, std::fs::File)> {
-    let path = std::env::temp_dir()
-        .join(format!("pcaptool-fuzz-index-{}-{:?}", std::process::id(), std::thread::current().id()))
+    let path = scratch()
+        .join(format!("index-{:?}", std::thread::current().id()).replace(['(', ')'], ""))
         .with_extension("ptsx");
     std::fs::write(&path, bytes)?;
     Ok((path.clone(), std::fs::File::open(&path)?))

@@ -25,8 +25,7 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("pcaptool-index-fuzz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let dir = pcaptool_packet::fuzz_harness::scratch_dir("pcaptool-index-fuzz").expect("temporary directory");
         let trace = dir.join("fixture.pcap");
         let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano).expect("writer");
         for i in 0u32..1500 {

@@ -135,3 +135,51 @@ pub fn decode_packet(data: &[u8]) {
         assert_eq!(p.dir, dir);
     }
 }
+
+/// A directory of this process's own for a fuzz target's files, `NAME-PID` in the temporary directory, made
+/// empty. A fuzzer ends its process without running destructors, so the directories of processes that have
+/// ended (`NAME-PID` with no `/proc/PID`) are removed first: every run would otherwise leave its fixtures behind.
+pub fn scratch_dir(name: &str) -> std::io::Result<std::path::PathBuf> {
+    let tmp = std::env::temp_dir();
+    let prefix = format!("{name}-");
+    if let Ok(entries) = std::fs::read_dir(&tmp) {
+        for e in entries.flatten() {
+            let file_name = e.file_name();
+            let Some(pid) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)) else { continue };
+            if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = tmp.join(format!("{prefix}{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_dirs_of_ended_processes_are_removed() {
+        let name = "pcaptool-scratch-test";
+        let tmp = std::env::temp_dir();
+        // No process has this number (Linux's largest is 2^22).
+        let ended = tmp.join(format!("{name}-999999999"));
+        std::fs::create_dir_all(ended.join("sub")).unwrap();
+        // Not a process's directory: kept.
+        let other = tmp.join(format!("{name}-keep"));
+        std::fs::create_dir_all(&other).unwrap();
+        let mine = tmp.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::write(mine.join("old"), b"x").unwrap();
+        let dir = scratch_dir(name).unwrap();
+        assert_eq!(dir, mine);
+        assert!(!ended.exists());
+        assert!(other.exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "made empty");
+        std::fs::remove_dir_all(&other).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
