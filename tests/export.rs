@@ -429,13 +429,28 @@ fn postgres() -> Option<String> {
 struct Schema {
     url: String,
     name: String,
+    /// `--load` of its exports.
+    load: &'static str,
 }
 
 impl Schema {
     fn new(url: &str, test: &str) -> Schema {
-        let s = Schema { url: url.to_string(), name: format!("t_{test}_{}", std::process::id()) };
+        let s = Schema { url: url.to_string(), name: format!("t_{test}_{}", std::process::id()), load: "auto" };
         s.exec(&format!("drop schema if exists {} cascade", s.name));
         s
+    }
+
+    /// Its exports with `--load load`.
+    fn load(mut self, load: &'static str) -> Schema {
+        self.load = load;
+        self
+    }
+
+    /// The names of the indexes of its tables, sorted.
+    fn indexes(&self) -> Vec<String> {
+        let rows = self
+            .sql(&format!("select indexname c0 from pg_indexes where schemaname = '{}' order by indexname", self.name));
+        rows.iter().map(|r| r[0].as_str().unwrap().to_string()).collect()
     }
 
     /// Runs a statement that returns no rows.
@@ -466,7 +481,7 @@ impl Schema {
 
     fn export(&self, store: &Path, more: &[&str]) -> Output {
         let mut args = vec!["export", p(store), "--to", "postgres", "--db", &self.url, "--schema", &self.name];
-        args.extend(["--sensor", "test-sensor", "--json"]);
+        args.extend(["--sensor", "test-sensor", "--json", "--load", self.load]);
         args.extend(more);
         pcaptool(&args)
     }
@@ -509,16 +524,28 @@ impl Drop for Schema {
 
 #[test]
 fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
+    postgres_load("segments");
+}
+
+#[test]
+fn postgres_loads_in_bulk_as_segment_by_segment() {
+    postgres_load("bulk");
+}
+
+/// Loads a generated store into PostgreSQL with `--load LOAD`, killed midway, whole, again, a segment again, and
+/// twice at once; checks the rows against the store's flow table and the c-query against `query --flow` and a
+/// 5-tuple filter.
+fn postgres_load(load: &'static str) {
     let Some(url) = postgres() else { return };
-    let dir = TempDir::new("export-pg");
+    let dir = TempDir::new(&format!("export-pg-{load}"));
     let (trace, store) = generated_store(&dir);
-    let db = Schema::new(&url, "load");
+    let db = Schema::new(&url, &format!("load_{load}")).load(load);
     let s = db.name.clone();
-    // Killed at growing delays: whatever is visible is whole segments (each is one transaction).
+    // Killed at growing delays: whatever is visible is whole segments (each is one transaction, or all are).
     for (round, delay_ms) in [0u64, 40, 120, 250].into_iter().enumerate() {
         let mut child = Command::new(pcaptool_bin())
             .args(["export", p(&store), "--to", "postgres", "--db", &url, "--schema", &s, "--sensor", "test-sensor"])
-            .arg("--packets")
+            .args(["--packets", "--load", load])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -545,8 +572,24 @@ fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
     let summary = lines.last().unwrap();
     let segments = int(&summary["segments"]) + int(&summary["already_exported"]);
     assert!(segments >= 5, "{summary}");
+    assert_eq!(summary["load"], load, "{summary}");
     let want = from_flows(&store);
     assert_eq!(db.figures(), want, "PostgreSQL's flows against `pcaptool flows --json`");
+    let indexes = [
+        "flows_orig_h",
+        "flows_pkey",
+        "flows_resp_h",
+        "flows_resp_p",
+        "flows_ts",
+        "packets_dst_h",
+        "packets_dst_p",
+        "packets_flow",
+        "packets_pkey",
+        "packets_src_h",
+        "packets_ts",
+        "segments_pkey",
+    ];
+    assert_eq!(db.indexes(), indexes, "the tables' keys and indexes after a load");
     let packets = &db.sql(&format!(
         "select count(*) c0, count(distinct (segment, seq)) c1, sum(wirelen) filter (where flow_id is not null) c2, \
          count(*) filter (where flow_id is not null) c3 from {s}.packets"
@@ -564,6 +607,7 @@ fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
     assert_eq!(int(&redo.last().unwrap()["segments"]), 1, "{redo:?}");
     assert_eq!(db.figures(), want, "after a segment loaded again");
     assert_eq!(int(&db.sql(&format!("select count(*) c0 from {s}.packets"))[0][0]), 40_000);
+    assert_eq!(db.indexes(), indexes, "the tables' keys and indexes after a segment loaded again");
 
     // The c-query: the packets of a flow found in SQL, in order, are those `query --flow` and a 5-tuple filter
     // give.
@@ -603,11 +647,11 @@ fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
     assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), scanned, "c_query against `{filter}`");
 
     // Two runs at once into another schema: one waits for the other's lock, and no row is loaded twice.
-    let two = Schema::new(&url, "two");
+    let two = Schema::new(&url, &format!("two_{load}")).load(load);
     let run = || {
         Command::new(pcaptool_bin())
             .args(["export", p(&store), "--to", "postgres", "--db", &url, "--schema", &two.name])
-            .args(["--sensor", "test-sensor", "--json"])
+            .args(["--sensor", "test-sensor", "--json", "--load", load])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -623,6 +667,37 @@ fn postgres_holds_the_flow_table_and_the_c_query_gives_a_connections_packets() {
     }
     assert_eq!(loaded, segments, "each segment loaded by one of the two runs");
     assert_eq!(two.figures(), from_flows(&store), "two runs at once");
+}
+
+/// `--load auto` loads in bulk (a load of 100,000 rows or more) into tables that hold no more than it adds, and a
+/// segment at a time into tables that hold more; both give the same rows.
+#[test]
+fn an_automatic_load_is_bulk_only_while_it_at_least_doubles_the_tables() {
+    let Some(url) = postgres() else { return };
+    let dir = TempDir::new("export-pg-auto");
+    let trace = dir.join("gen.pcap");
+    let opts = GenOptions { packets: 110_000, seed: 9, mean_gap_ns: 50_000_000, ..GenOptions::default() };
+    std::fs::write(&trace, generate(Vec::new(), &opts).unwrap().0).unwrap();
+    let store = dir.join("store");
+    ok(pcaptool(&["import", p(&trace), "--store", p(&store), "--segment-size", "8M"]), "import");
+    let db = Schema::new(&url, "auto");
+    let s = &db.name;
+    let mut figures = Vec::new();
+    for (id, want) in [("first", "bulk"), ("second", "bulk"), ("third", "segments")] {
+        let out = ok(db.export(&store, &["--packets", "--store-id", id]), "export --to postgres");
+        let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(summary["load"], want, "store id {id}: {summary}");
+        figures.push(db.sql(&format!(
+            "select count(*) c0, sum(orig_bytes) c1, count(distinct orig_h) c2, min(ts)::text c3 from {s}.flows \
+             where store = '{id}'"
+        )));
+        let packets = db.sql(&format!("select count(*) c0, sum(wirelen) c1 from {s}.packets where store = '{id}'"));
+        assert_eq!(int(&packets[0][0]), 110_000, "store id {id}");
+        figures.push(packets);
+    }
+    assert_eq!(figures[0..2], figures[2..4], "bulk into empty tables and into tables as large as the load");
+    assert_eq!(figures[0..2], figures[4..6], "bulk against a segment at a time");
+    assert_eq!(db.indexes().len(), 12, "{:?}", db.indexes());
 }
 
 #[test]

@@ -34,7 +34,7 @@ use pcaptool_flowstore::{Segment, Store, StoreError};
 pub use manifest::{ExportedSegment, MANIFEST, Manifest, Written};
 pub use packets::PacketRow;
 pub use parquet_dir::{LOCK, ParquetExport, export_parquet};
-pub use postgres::{PostgresExport, export_postgres};
+pub use postgres::{BULK_MIN_ROWS, Load, PostgresExport, export_postgres};
 pub use rows::{FLOW_COLUMNS, PACKET_COLUMNS, flow_schema, packet_schema};
 
 /// Refuses a name that is not a safe, visible path component.
@@ -82,6 +82,9 @@ pub struct Summary {
     pub exported: Vec<ExportedSegment>,
     /// Segments exported before (with the tables asked for), left alone.
     pub already: u32,
+    /// Whether the rows went into PostgreSQL in one transaction, the indexes built at its end
+    /// ([`Load::Bulk`]).
+    pub bulk: bool,
 }
 
 impl Summary {

@@ -117,7 +117,7 @@ pub fn export_parquet(
     saved?;
     let mut exported = l.exported;
     exported.sort_by_key(|e| e.segment);
-    Ok(Summary { exported, already })
+    Ok(Summary { exported, already, bulk: false })
 }
 
 /// The tables' directories under an export directory.

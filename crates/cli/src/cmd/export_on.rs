@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use pcaptool_export::{ExportedSegment, ParquetExport, PostgresExport, export_parquet, export_postgres};
+use pcaptool_export::{ExportedSegment, Load, ParquetExport, PostgresExport, export_parquet, export_postgres};
 
 use crate::cmd::store::WorkStore;
 use crate::progress;
@@ -19,6 +19,14 @@ pub(crate) enum Target {
     Parquet,
     /// PostgreSQL tables (flows, packets, segments) in the database --db names, loaded by binary COPY.
     Postgres,
+}
+
+/// How `--to postgres` loads (see [`Load`]).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum LoadArg {
+    Auto,
+    Segments,
+    Bulk,
 }
 
 /// Arguments of `pcaptool export`.
@@ -45,9 +53,16 @@ pub(crate) struct Args {
     /// The PostgreSQL schema that holds the tables (created if missing).
     #[arg(long, value_name = "NAME", default_value = "pcaptool")]
     schema: String,
-    /// PostgreSQL connections loading segments side by side (default: this machine's processors, at most 4).
+    /// PostgreSQL connections loading segments side by side, one transaction each (default: this machine's
+    /// processors, at most 4).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     connections: Option<u16>,
+    /// How --to postgres loads: `segments`, a transaction per segment (each visible once committed, readers go
+    /// on); `bulk`, all in one transaction with the tables locked and their indexes built again at the end
+    /// (faster for large loads); `auto`, bulk when the load has 100,000 rows or more and at least as many as the
+    /// tables hold.
+    #[arg(long, value_enum, default_value = "auto")]
+    load: LoadArg,
     /// Export one row per packet too (time, lengths, 5-tuple, TCP flags, flow id), for the segments whose packets
     /// are not exported yet.
     #[arg(long)]
@@ -139,6 +154,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 opts.connections = usize::from(n);
             }
             opts.packets = args.packets;
+            opts.load = match args.load {
+                LoadArg::Auto => Load::Auto,
+                LoadArg::Segments => Load::Segments,
+                LoadArg::Bulk => Load::Bulk,
+            };
             let s = export_postgres(&store, &opts, &mut on_segment);
             (
                 s.with_context(|| format!("cannot export {} to PostgreSQL", args.store.display())),
@@ -163,14 +183,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "event": "summary", "store": args.store, "to": dest, "sensor": sensor, "store_id": store_id,
                 "segments": summary.exported.len(), "already_exported": summary.already, "flows": flows,
                 "packets": packets, "files": files, "bytes": bytes, "seconds": secs,
+                "load": matches!(args.to, Target::Postgres).then_some(if summary.bulk { "bulk" } else { "segments" }),
             })
         );
     } else {
         outln!(
-            "{}: {flows} flows{} of {} segments into {dest} ({files} files, {bytes} bytes) in {secs:.2} s{}",
+            "{}: {flows} flows{} of {} segments into {dest} ({files} files, {bytes} bytes{}) in {secs:.2} s{}",
             args.store.display(),
             if args.packets { format!(" and {packets} packets") } else { String::new() },
             summary.exported.len(),
+            if summary.bulk { "; in one transaction, indexes built at its end" } else { "" },
             if summary.already > 0 {
                 format!("; {} segments were exported before", summary.already)
             } else {
