@@ -95,7 +95,8 @@ impl Summary {
 }
 
 /// Why an export failed. What was exported before the failure stays exported (and listed in the manifest, or
-/// in PostgreSQL's `segments` table).
+/// in PostgreSQL's `segments` table), except in a bulk load into PostgreSQL ([`Load::Bulk`]): that is one
+/// transaction, and its failure leaves the tables as they were.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExportError {
