@@ -547,7 +547,30 @@ async fn load(client: &mut Client, s: &str, opts: &PostgresExport, e: Encoded) -
     let doing = format!("loading segment {}", e.segment);
     let pg = |source| ExportError::Postgres { doing: doing.clone(), source };
     let t = client.transaction().await.map_err(pg)?;
-    let done = copy_segment(&t, s, opts, e, true).await?;
+    // The segment's rows of a load before (its `segments` row struck by hand): found by the key's prefix, the
+    // flows' through their ids' range.
+    let segment = i64::from(e.segment);
+    if e.flows.is_some() {
+        let (lo, hi) = (to_i64(e.flow_ids.0), to_i64(e.flow_ids.1));
+        t.execute(
+            &format!(
+                "DELETE FROM {s}.flows WHERE flow_id BETWEEN $4 AND $5 AND segment = $3 AND sensor = $1 AND \
+                 store = $2"
+            ),
+            &[&opts.sensor, &opts.store, &segment, &lo, &hi],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    if e.packets.is_some() {
+        t.execute(
+            &format!("DELETE FROM {s}.packets WHERE segment = $3 AND sensor = $1 AND store = $2"),
+            &[&opts.sensor, &opts.store, &segment],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    let done = copy_segment(&t, s, opts, e).await?;
     record(&t, s, opts, &done).await?;
     t.commit().await.map_err(pg)?;
     Ok(done)
@@ -584,7 +607,7 @@ async fn load_bulk(
     }
     let mut done = Vec::new();
     while let Some(e) = rx.recv().await {
-        done.push(copy_segment(&t, s, opts, e?, false).await?);
+        done.push(copy_segment(&t, s, opts, e?).await?);
     }
     for (table, _) in replaced.iter().filter(|(_, n)| !n.is_empty()) {
         t.batch_execute(&build_indexes(s, table)).await.map_err(pg(&format!("building the {table}' indexes")))?;
@@ -596,18 +619,15 @@ async fn load_bulk(
     Ok(done)
 }
 
-/// Copies one segment's rows inside transaction `t`, after deleting the segment's rows of a load before when
-/// `delete` says.
+/// Copies one segment's rows inside transaction `t`.
 async fn copy_segment(
     t: &tokio_postgres::Transaction<'_>,
     s: &str,
     opts: &PostgresExport,
     e: Encoded,
-    delete: bool,
 ) -> Result<ExportedSegment, ExportError> {
     let doing = format!("loading segment {}", e.segment);
     let pg = |source| ExportError::Postgres { doing: doing.clone(), source };
-    let segment = i64::from(e.segment);
     let mut done = ExportedSegment {
         sensor: opts.sensor.clone(),
         store: opts.store.clone(),
@@ -619,27 +639,6 @@ async fn copy_segment(
         [("flows", FLOW_COPY, e.flows, &mut done.flows), ("packets", PACKET_COPY, e.packets, &mut done.packets)]
     {
         let Some((n, pieces)) = rows else { continue };
-        // The segment's rows of a load before (its `segments` row struck by hand): found by the key's prefix,
-        // the flows' through their ids' range.
-        let (lo, hi) = (to_i64(e.flow_ids.0), to_i64(e.flow_ids.1));
-        if delete && table == "flows" {
-            t.execute(
-                &format!(
-                    "DELETE FROM {s}.flows WHERE sensor = $1 AND store = $2 AND flow_id BETWEEN $4 AND $5 AND \
-                     segment = $3"
-                ),
-                &[&opts.sensor, &opts.store, &segment, &lo, &hi],
-            )
-            .await
-            .map_err(pg)?;
-        } else if delete {
-            t.execute(
-                &format!("DELETE FROM {s}.packets WHERE sensor = $1 AND store = $2 AND segment = $3"),
-                &[&opts.sensor, &opts.store, &segment],
-            )
-            .await
-            .map_err(pg)?;
-        }
         let sink = t
             .copy_in::<_, Bytes>(&format!("COPY {s}.{table} ({columns}) FROM STDIN (FORMAT binary)"))
             .await
