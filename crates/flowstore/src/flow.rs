@@ -303,13 +303,56 @@ impl Table {
         }
     }
 
-    /// Removes the entries `keep` refuses, in one pass, and rebuilds the index if any went.
+    /// The index slot that names the entry at `at`.
+    fn slot_of(&self, at: usize) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.hash(&self.entries[at].tuple) as usize & mask;
+        while self.slots[i] as u32 as usize != at + 1 {
+            i = (i + 1) & mask;
+        }
+        i
+    }
+
+    /// Removes the entry at `at`: its index slot is emptied by backward-shift deletion (each later slot of the
+    /// probe run that may move back does), and the last entry takes its place. No tombstones, no rebuild.
+    fn remove(&mut self, at: usize) -> Entry {
+        let mask = self.slots.len() - 1;
+        let mut hole = self.slot_of(at);
+        let mut i = (hole + 1) & mask;
+        while self.slots[i] != 0 {
+            let e = (self.slots[i] as u32 - 1) as usize;
+            let home = self.hash(&self.entries[e].tuple) as usize & mask;
+            // The slot moves back into the hole unless its home lies after the hole (cyclically, up to `i`).
+            if i.wrapping_sub(home) & mask >= i.wrapping_sub(hole) & mask {
+                self.slots[hole] = self.slots[i];
+                hole = i;
+            }
+            i = (i + 1) & mask;
+        }
+        self.slots[hole] = 0;
+        let last = self.entries.len() - 1;
+        if at != last {
+            let s = self.slot_of(last);
+            self.slots[s] = (self.slots[s] >> 32) << 32 | (at as u64 + 1);
+        }
+        self.entries.swap_remove(at)
+    }
+
+    /// Removes the entries `keep` refuses (each is asked once), in place; the index is rebuilt only when it has
+    /// become four times larger than the entries left need. The entries' order changes.
     fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) {
-        let before = self.entries.len();
-        self.entries.retain(|e| keep(e));
-        if self.entries.len() != before {
-            let cap = (self.entries.len() * 4).next_power_of_two().max(MIN_SLOTS);
-            self.rebuild(if cap < self.slots.len() / 4 { cap } else { self.slots.len() });
+        let mut at = 0;
+        while at < self.entries.len() {
+            if keep(&self.entries[at]) {
+                at += 1;
+            } else {
+                // The last entry, not yet asked, moves to `at`.
+                self.remove(at);
+            }
+        }
+        let cap = (self.entries.len() * 4).next_power_of_two().max(MIN_SLOTS);
+        if cap < self.slots.len() / 4 {
+            self.rebuild(cap);
         }
     }
 }
@@ -552,12 +595,12 @@ impl FlowTracker {
         });
     }
 
-    /// Every live flow's record (for a segment that closes while they go on).
+    /// Every live flow's record (for a segment that closes while they go on), in no particular order.
     pub fn live_flows(&self) -> impl Iterator<Item = Flow> + '_ {
         self.live.entries.iter().map(Entry::flow)
     }
 
-    /// Takes the flows that ended since the last call.
+    /// Takes the flows that ended since the last call, in no particular order.
     pub fn take_done(&mut self) -> Vec<Flow> {
         std::mem::take(&mut self.done)
     }
@@ -650,13 +693,25 @@ mod tests {
                             m.insert(tuple, i as u64);
                         }
                     }
-                } else {
+                } else if k % 2 == 0 {
                     // Remove most entries now and then, so that the index shrinks too.
                     let keep = u64::from(k % 5);
-                    t.retain(|e| e.id % 5 == keep);
+                    let mut asked = HashMap::new();
+                    t.retain(|e| {
+                        *asked.entry(e.id).or_insert(0) += 1;
+                        e.id % 5 == keep
+                    });
+                    prop_assert!(asked.values().all(|&n| n == 1), "an entry asked twice");
+                    prop_assert_eq!(asked.len(), m.len());
                     m.retain(|_, id| *id % 5 == keep);
+                } else {
+                    // And a few at a time, so that removals go through crowded probe runs.
+                    let gone = u64::from(k % 7);
+                    t.retain(|e| e.id % 7 != gone || e.id % 3 != 0);
+                    m.retain(|_, id| *id % 7 != gone || *id % 3 != 0);
                 }
                 prop_assert!(t.entries.len() * 2 <= t.slots.len());
+                prop_assert_eq!(t.slots.iter().filter(|&&s| s != 0).count(), t.entries.len());
             }
             prop_assert_eq!(t.entries.len(), m.len());
             for (tuple, id) in &m {
