@@ -62,6 +62,16 @@ const ENTRY: usize = 8;
 /// The smallest arena a writer grows to (it doubles from there).
 const ARENA_MIN: usize = 64 << 10;
 
+/// The arena size past which it grows by a quarter, not by doubling: a segment of 256 MiB would otherwise end in
+/// an arena of up to 512 MiB, every byte of it written once when it grew (most of an import's page faults).
+const ARENA_QUARTERS: usize = 64 << 20;
+
+/// The size an arena of `old` bytes grows to when it needs `need` more.
+fn grown(old: usize, need: usize) -> usize {
+    let step = if old < ARENA_QUARTERS { old } else { old / 4 };
+    (old + step).max(old + need).max(ARENA_MIN)
+}
+
 /// The flows of a segment: per slot its flow (slot 0: packets of no flow).
 #[derive(Debug)]
 struct SlotFlow {
@@ -127,14 +137,16 @@ impl Spare {
         (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize)
     }
 
-    /// Makes room for `need` more bytes between the packets and the entries: the arena doubles (at least), its
-    /// entries move to its new end.
+    /// Makes room for `need` more bytes between the packets and the entries: the arena grows as [`grown`] says,
+    /// its entries move to its new end.
     #[cold]
     #[inline(never)]
     fn grow(&mut self, need: usize) {
         let old = self.buf.len();
-        let len = (2 * old).max(old + need).max(ARENA_MIN);
+        let len = grown(old, need);
         let lo = old - self.items * ENTRY;
+        // Exactly: `resize` alone would let the vector pick its own (doubled) capacity.
+        self.buf.reserve_exact(len - old);
         self.buf.resize(len, 0xa5);
         self.buf.copy_within(lo..old, len - self.items * ENTRY);
     }
@@ -1144,6 +1156,22 @@ mod tests {
             proptest::prop_assert_eq!(ids, sorted);
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+
+    /// An arena doubles up to `ARENA_QUARTERS`, then grows by a quarter, and always by at least what is needed.
+    #[test]
+    fn arenas_double_then_grow_by_quarters() {
+        assert_eq!(grown(0, 10), ARENA_MIN);
+        assert_eq!(grown(ARENA_MIN, 1), 2 * ARENA_MIN);
+        assert_eq!(grown(ARENA_QUARTERS / 2, 1), ARENA_QUARTERS);
+        assert_eq!(grown(ARENA_QUARTERS, 1), ARENA_QUARTERS + ARENA_QUARTERS / 4);
+        assert_eq!(grown(ARENA_QUARTERS, ARENA_QUARTERS), 2 * ARENA_QUARTERS);
+        // From an empty arena to 256 MiB, the last size is under 1.25 times what was needed.
+        let (mut len, need) = (0, 256 << 20);
+        while len < need {
+            len = grown(len, 1);
+        }
+        assert!(len * 4 < need * 5, "{len} bytes for {need}");
     }
 
     /// A reserved writer holds its packets where the reservation put them: pushing within it moves no buffer
