@@ -103,5 +103,5 @@ pub use sink::{
     ChannelSink, Container, Counter, FnSink, Layout, NativeFormat, OwnedRecord, Sink, TraceSink, WriteOptions,
     compression_for_name, container_for_name,
 };
-pub use source::{OpenOptions, Source, SourceKind};
+pub use source::{DEFAULT_INDEX_MEMORY, OpenOptions, Source, SourceKind};
 pub use trace::index_trace;

@@ -43,11 +43,18 @@ pub struct OpenOptions {
     /// that answers once) few candidates are read with `pread`, which costs less than faulting pages into a new
     /// mapping.
     pub long_lived: bool,
+    /// For a long-lived store: the heap bytes it may keep of its segments' flow tables and sorted arrays once
+    /// decoded ([`DEFAULT_INDEX_MEMORY`] by default; see `Store::keep_indexes`).
+    pub index_memory: u64,
 }
+
+/// What a long-lived store keeps of its decoded indexes unless told otherwise: 512 MiB, the flow tables of some
+/// 2.5 million flows (about 200 bytes each decoded).
+pub const DEFAULT_INDEX_MEMORY: u64 = 512 << 20;
 
 impl Default for OpenOptions {
     fn default() -> OpenOptions {
-        OpenOptions { use_index: true, skip_damaged: false, long_lived: false }
+        OpenOptions { use_index: true, skip_damaged: false, long_lived: false, index_memory: DEFAULT_INDEX_MEMORY }
     }
 }
 
@@ -66,6 +73,12 @@ impl OpenOptions {
     /// Whether the source will answer many requests (see [`OpenOptions::long_lived`]).
     pub fn long_lived(mut self, yes: bool) -> OpenOptions {
         self.long_lived = yes;
+        self
+    }
+
+    /// The heap bytes a long-lived store may keep of its decoded indexes (see [`OpenOptions::index_memory`]).
+    pub fn index_memory(mut self, bytes: u64) -> OpenOptions {
+        self.index_memory = bytes;
         self
     }
 
@@ -105,7 +118,7 @@ impl Source {
     pub fn open_with(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Source, Error> {
         let path = path.as_ref();
         let inner = if path.is_dir() {
-            Inner::Store(StoreSource::open(path, opts.skip_damaged)?)
+            Inner::Store(StoreSource::open(path, opts.skip_damaged, opts.long_lived.then_some(opts.index_memory))?)
         } else {
             Inner::Trace(Box::new(TraceSource::open(path, opts.use_index, opts.long_lived)?))
         };

@@ -14,6 +14,10 @@ use crate::plan::{DamagedPlan, Plan, StorePlan, Strategy};
 use crate::sink::{Layout, NativeFormat};
 use crate::{Error, Outcome, Request, Sink, SourceKind};
 
+/// How the packets of one kind are given: their interface, the bytes libpcap would see of them, and their
+/// matcher's slot (none without a filter).
+type KindOut = (u32, usize, Option<usize>);
+
 /// A flow store, open for reading.
 #[derive(Debug)]
 pub(crate) struct StoreSource {
@@ -67,9 +71,14 @@ impl Kinds {
 }
 
 impl StoreSource {
-    pub(crate) fn open(dir: &Path, skip_damaged: bool) -> Result<StoreSource, Error> {
+    /// Opens the store in `dir`; with `keep`, its decoded indexes are kept within that many heap bytes (a
+    /// long-lived source).
+    pub(crate) fn open(dir: &Path, skip_damaged: bool, keep: Option<u64>) -> Result<StoreSource, Error> {
         let mut store = Store::open(dir).map_err(|source| Error::OpenStore { dir: dir.to_path_buf(), source })?;
         store.set_skip_damaged(skip_damaged);
+        if let Some(budget) = keep {
+            store.keep_indexes(budget);
+        }
         Ok(StoreSource { store, compiled: Compiled::default() })
     }
 
@@ -112,7 +121,7 @@ impl StoreSource {
         let (mut flows, mut no_flow, mut bytes, mut no_flow_skipped) = (0u64, 0u64, 0u64, 0u64);
         for seg in store.segments().iter().filter(|s| s.stage1.may_match(&need)) {
             passed += 1;
-            let s2 = seg.stage2().map_err(|e| self.read_error(e))?;
+            let s2 = seg.stage2_kept().map_err(|e| self.read_error(e))?;
             let entries = s2.candidates(&need).map_err(|e| self.read_error(e))?;
             let mut no_flow_read = 0;
             for e in entries.iter().filter(|e| e.packets > 0) {
@@ -181,7 +190,7 @@ impl StoreSource {
         let need = Self::need(req);
         let mut matchers = self.matchers(req.filter.as_ref(), &kinds)?;
         // Per kind of packet: its interface, snapshot length and matcher.
-        let mut by_meta: HashMap<StoreMeta, (u32, usize, Option<usize>)> = HashMap::new();
+        let mut by_meta: HashMap<StoreMeta, KindOut> = HashMap::new();
         for (m, &(iface, snap, swapped)) in &kinds.by_meta {
             let slot = match matchers.as_mut() {
                 Some(ms) => Some(ms.slot(m.linktype, swapped)?),
@@ -196,6 +205,7 @@ impl StoreSource {
         let mut out = Outcome::default();
         let mut failure: Option<Error> = None;
         let ifaces = &kinds.interfaces;
+        let mut last: Option<(StoreMeta, KindOut)> = None;
         let mut each = |q: &StoredPacket<'_>| -> bool {
             if req.is_cancelled() {
                 failure = Some(Error::Cancelled);
@@ -206,7 +216,15 @@ impl StoreSource {
             if !req.in_window(ts) || out.matched >= limit {
                 return out.matched < limit;
             }
-            let Some(&(iface, snap, slot)) = by_meta.get(&q.meta) else { return true };
+            // (Packets come in runs of one kind: the last kind's answer saves hashing each packet's.)
+            let (iface, snap, slot) = match last {
+                Some((m, k)) if m == q.meta => k,
+                _ => {
+                    let Some(&k) = by_meta.get(&q.meta) else { return true };
+                    last = Some((q.meta, k));
+                    k
+                }
+            };
             let data = &q.data[..q.data.len().min(snap)];
             if let (Some(ms), Some(i)) = (matchers.as_ref(), slot)
                 && !ms.compiled[i].1.matches(data, wirelen, ts)

@@ -1,6 +1,7 @@
-//! A long-lived source (`OpenOptions::long_lived`, as the service opens its traces) shares one mapping between
-//! answers and reads an index's candidates through it: its answers are byte for byte those of a source opened for
-//! one answer (which reads few candidates with `pread`), the first time and every time after.
+//! A long-lived source (`OpenOptions::long_lived`, as the service opens its sources) shares one mapping between
+//! answers and reads an index's candidates through it, and a long-lived store keeps its decoded flow tables and
+//! data mappings: their answers are byte for byte those of a source opened for one answer, the first time and
+//! every time after, whatever the budget for what a store keeps.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use common::Dir;
 use pcaptool_engine::{OpenOptions, Request, Source, Strategy, TraceSink, WriteOptions};
+use pcaptool_flowstore::{Codec, ImportOptions, Store};
 use pcaptool_packet::{LinkType, PcapWriter, TsPrecision};
 
 /// 200,000 UDP and TCP packets among 5,000 hosts, of varied lengths.
@@ -70,4 +72,44 @@ fn a_long_lived_source_answers_as_a_source_opened_once() {
         assert!(answer(&kept, &limited, &out) == answer(&once, &limited, &out), "`{filter}` limited");
     }
     assert!(indexed >= 4, "only {indexed} filters went through the index");
+}
+
+#[test]
+fn a_long_lived_store_answers_as_a_store_opened_once() {
+    let dir = Dir::new("long-lived-store");
+    let path = trace(&dir.0);
+    let out = dir.0.join("out.pcap");
+    for (name, compress) in [("plain", Codec::None), ("lz4", Codec::Lz4)] {
+        let store = dir.0.join(name);
+        let opts = ImportOptions { segment_bytes: 8 << 20, compress, ..ImportOptions::default() };
+        let stats = Store::create(&store).unwrap().import(&path, &opts, &mut |_| ()).unwrap();
+        assert!(stats.segments >= 5, "{} segments", stats.segments);
+        let once = Source::open(&store).unwrap();
+        // Room for everything; for a few blocks of the flow table (the rest decoded for each answer); none.
+        let kept: Vec<Source> = [pcaptool_engine::DEFAULT_INDEX_MEMORY, 1 << 20, 0]
+            .into_iter()
+            .map(|budget| Source::open_with(&store, &OpenOptions::new().long_lived(true).index_memory(budget)).unwrap())
+            .collect();
+        for filter in [
+            "host 10.1.0.17",
+            "host 10.1.19.136 or host 10.1.3.3",
+            "src host 10.1.4.4 and tcp",
+            "net 10.1.3.0/24 and udp",
+            "host 192.168.0.3 and src port 1100",
+            "host 203.0.113.9",
+            "udp and src port 1100",
+            "ip6",
+            "",
+        ] {
+            let req = Request::filter(filter).unwrap();
+            let want = answer(&once, &req, &out);
+            for (k, source) in kept.iter().enumerate() {
+                for round in 0..3 {
+                    assert!(answer(source, &req, &out) == want, "{name} `{filter}`, budget {k}, round {round}");
+                }
+            }
+        }
+        let flow = Request::filter("").unwrap().flow(7);
+        assert!(answer(&kept[0], &flow, &out) == answer(&once, &flow, &out), "{name} flow 7");
+    }
 }

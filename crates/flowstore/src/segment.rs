@@ -15,7 +15,7 @@ use crate::codec::unseal;
 use crate::dedup::{self, ElisionError, Elisions, Varints};
 use crate::error::StoreError;
 use crate::stage1::{Stage1, StoreMeta};
-use crate::stage2::{Bytes, Frame};
+use crate::stage2::{Bytes, Frame, Keep};
 pub use crate::stage2::{FlowEntry, Stage2};
 use crate::sums::Checked;
 
@@ -56,6 +56,13 @@ pub struct Segment {
     blocks: OnceLock<BlockMap>,
     /// The blocks decompressed last (compressed data).
     recent: Mutex<RecentBlocks>,
+    /// In a long-lived store ([`Store::keep_indexes`](crate::Store::keep_indexes)): the budget its second
+    /// stage is kept within, and the second stage once read.
+    keep: Option<Arc<Keep>>,
+    kept: OnceLock<Arc<Stage2>>,
+    /// In a long-lived store: the plain data file's mapping, made once (each answer would otherwise map it again
+    /// and fault in the pages it reads).
+    kept_map: OnceLock<Arc<MappedFile>>,
 }
 
 /// The last few blocks a segment decompressed, so that reading its flows one after another (an export, a flow
@@ -182,7 +189,39 @@ impl Segment {
             sums: OnceLock::new(),
             blocks: OnceLock::new(),
             recent: Mutex::new(RecentBlocks::default()),
+            keep: None,
+            kept: OnceLock::new(),
+            kept_map: OnceLock::new(),
         }
+    }
+
+    /// Keeps the segment's second stage, once read, within `keep`'s budget.
+    pub(crate) fn set_keep(&mut self, keep: &Arc<Keep>) {
+        self.keep = Some(Arc::clone(keep));
+    }
+
+    /// Stage 2 as [`stage2`](Self::stage2) reads it; in a long-lived store, read once and kept (with the
+    /// blocks its lookups decode) while the store's budget allows.
+    pub fn stage2_kept(&self) -> Result<Arc<Stage2>, StoreError> {
+        if let Some(s2) = self.kept.get() {
+            return Ok(Arc::clone(s2));
+        }
+        let mut s2 = self.stage2()?;
+        let Some(keep) = &self.keep else { return Ok(Arc::new(s2)) };
+        let bytes = s2.head_bytes();
+        if !keep.take(bytes) {
+            return Ok(Arc::new(s2));
+        }
+        s2.keep_blocks(Arc::clone(keep));
+        let mut ours = false;
+        let kept = self.kept.get_or_init(|| {
+            ours = true;
+            Arc::new(s2)
+        });
+        if !ours {
+            keep.give_back(bytes);
+        }
+        Ok(Arc::clone(kept))
     }
 
     /// Reads the header and stage 1 of the index file `index` (open as `f`), checking their checksums and that
@@ -600,8 +639,8 @@ impl Segment {
 
     /// Finds flow `id`: stage 2's block directory binary-searched, one block and the flow's positions decoded.
     /// `None` if the segment has no part of the flow.
-    pub fn find_flow(&self, id: u64) -> Result<Option<(FlowEntry, Stage2)>, StoreError> {
-        let s2 = self.stage2()?;
+    pub fn find_flow(&self, id: u64) -> Result<Option<(FlowEntry, Arc<Stage2>)>, StoreError> {
+        let s2 = self.stage2_kept()?;
         Ok(s2.find(id)?.map(|e| (e, s2)))
     }
 
@@ -632,9 +671,17 @@ impl Segment {
 
     /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid). Plain
     /// data only.
-    pub(crate) fn map_data(&self) -> Result<MappedFile, StoreError> {
+    pub(crate) fn map_data(&self) -> Result<Arc<MappedFile>, StoreError> {
+        // (Checked each time, kept mapping or not: a file cut short fails the read rather than faulting it.)
         self.check_data_len()?;
-        MappedFile::map(&self.data_file).map_err(|e| StoreError::io(&self.data, e))
+        if let Some(m) = self.kept_map.get() {
+            return Ok(Arc::clone(m));
+        }
+        let m = Arc::new(MappedFile::map(&self.data_file).map_err(|e| StoreError::io(&self.data, e))?);
+        if self.keep.is_some() {
+            return Ok(Arc::clone(self.kept_map.get_or_init(|| m)));
+        }
+        Ok(m)
     }
 
     /// The bytes of entry `e`'s packets in the mapped data file `data`, checked against their checksums (each
@@ -722,7 +769,7 @@ impl RawWindow {
 /// A segment's data as read for a query: mapped (plain) or decompressed (compressed).
 #[derive(Debug)]
 pub(crate) enum SegBytes {
-    Mapped(MappedFile),
+    Mapped(Arc<MappedFile>),
     Raw(Arc<Vec<u8>>),
 }
 

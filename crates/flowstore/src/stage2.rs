@@ -8,10 +8,12 @@
 //! decoded; an address, prefix or port range by binary search in a dictionary, its posting lists merged, and
 //! only the blocks they name decoded.
 
-use std::cell::OnceCell;
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use pcaptool_packet::{Field, FlowKey, IpProto, MappedFile, Need, Pred};
 
@@ -817,12 +819,112 @@ pub struct Stage2 {
     addrs: Vec<[u8; 17]>,
     n_ports: usize,
     post_z: (usize, usize, usize, u32),
-    postings: OnceCell<Postings>,
+    postings: OnceLock<Postings>,
     dir: Vec<Dir>,
     /// Flow entries per block.
     block_flows: usize,
     /// What the packets of no flow hold.
     no_flow: NoFlowIndex,
+    /// In a long-lived store: the blocks decoded so far, kept while the store's budget allows.
+    kept: Option<(Arc<Keep>, Vec<OnceLock<KeptBlock>>)>,
+}
+
+/// A block of the flow table kept decoded: its entries, and each entry's endpoint addresses as (address key,
+/// index of the entry) sorted, so that a lookup by address reads only the entries that hold it (a block holds
+/// 1024 flows, and a busy host's posting list names most blocks).
+#[derive(Debug)]
+struct KeptBlock {
+    entries: Vec<FlowEntry>,
+    by_addr: Vec<([u8; 17], u16)>,
+}
+
+impl KeptBlock {
+    fn of(entries: Vec<FlowEntry>) -> KeptBlock {
+        let mut by_addr = Vec::with_capacity(2 * entries.len());
+        for (i, e) in entries.iter().enumerate().filter(|(_, e)| !e.is_no_flow()) {
+            let (lo, hi) = (addr_key(e.flow.key.lo_addr), addr_key(e.flow.key.hi_addr));
+            by_addr.push((lo, i as u16));
+            if hi != lo {
+                by_addr.push((hi, i as u16));
+            }
+        }
+        by_addr.sort_unstable();
+        KeptBlock { entries, by_addr }
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        (self.entries.capacity() * size_of::<FlowEntry>() + self.by_addr.capacity() * size_of::<([u8; 17], u16)>())
+            as u64
+    }
+
+    /// The indexes, in order, of the entries with an endpoint address in one of `ranges` (of address keys).
+    fn with_addrs(&self, ranges: &[([u8; 17], [u8; 17])]) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (lo, hi) in ranges {
+            let from = self.by_addr.partition_point(|(k, _)| k < lo);
+            out.extend(self.by_addr[from..].iter().take_while(|(k, _)| k <= hi).map(|&(_, i)| usize::from(i)));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// The 17-byte key of an address.
+fn addr_key(a: IpAddr) -> [u8; 17] {
+    match a {
+        IpAddr::V4(v) => v4_key(u128::from(u32::from(v))),
+        IpAddr::V6(v) => v6_key(u128::from(v)),
+    }
+}
+
+/// Ranges of address keys one of which holds an endpoint of every flow that may satisfy `need` (as
+/// [`FlowEntry::may_match`] decides); `None` when `need` does not bound the addresses.
+fn addr_ranges(need: &Need) -> Option<Vec<([u8; 17], [u8; 17])>> {
+    match need {
+        Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => match p.field {
+            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if p.hi <= u128::from(u32::MAX) => {
+                Some(vec![(v4_key(p.lo), v4_key(p.hi))])
+            }
+            Field::Ip6Src | Field::Ip6Dst => Some(vec![(v6_key(p.lo), v6_key(p.hi))]),
+            _ => None,
+        },
+        Need::Or(v) => v.iter().map(addr_ranges).collect::<Option<Vec<_>>>().map(|r| r.concat()),
+        Need::And(v) => v.iter().filter_map(addr_ranges).min_by_key(Vec::len),
+        _ => None,
+    }
+}
+
+/// What a long-lived store keeps decoded of its segments' second stages: as much as a budget of heap bytes
+/// allows, first come first kept (an answer needs no more than it did; a part the budget refuses is decoded for
+/// each answer, as in a store opened once).
+#[derive(Debug)]
+pub(crate) struct Keep {
+    budget: u64,
+    used: AtomicU64,
+}
+
+impl Keep {
+    pub(crate) fn new(budget: u64) -> Keep {
+        Keep { budget, used: AtomicU64::new(0) }
+    }
+
+    /// Takes `bytes` of the budget if they fit.
+    pub(crate) fn take(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| u.checked_add(bytes).filter(|&n| n <= self.budget))
+            .is_ok()
+    }
+
+    /// Returns `bytes` taken for a part another thread kept first.
+    pub(crate) fn give_back(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// The bytes taken.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
 }
 
 /// Where stage 2's bytes are: the mapped index file (or, in tests, memory).
@@ -955,10 +1057,11 @@ impl Stage2 {
             addrs,
             n_ports,
             post_z,
-            postings: OnceCell::new(),
+            postings: OnceLock::new(),
             dir,
             block_flows,
             no_flow,
+            kept: None,
         })
     }
 
@@ -1017,8 +1120,52 @@ impl Stage2 {
         Ok(self.postings.get_or_init(|| p))
     }
 
-    /// Decodes block `b` of the flow table.
-    fn block(&self, b: usize) -> Result<Vec<FlowEntry>, StoreError> {
+    /// Heap bytes this stage 2 holds once its posting lists are decoded, blocks aside (an upper bound: a posting
+    /// list's varints take a byte or more each, decoded at most eight).
+    pub(crate) fn head_bytes(&self) -> u64 {
+        let addrs = self.addrs.len() * size_of::<[u8; 17]>();
+        let dir = self.dir.len() * size_of::<Dir>();
+        (addrs + dir + self.post_z.2 * 8) as u64
+    }
+
+    /// Keeps each block decoded from now on, as far as `keep`'s budget allows.
+    pub(crate) fn keep_blocks(&mut self, keep: Arc<Keep>) {
+        self.kept = Some((keep, (0..self.dir.len()).map(|_| OnceLock::new()).collect()));
+    }
+
+    /// Block `b` of the flow table: kept from an earlier lookup, or decoded (and kept if it may be).
+    fn block(&self, b: usize) -> Result<Cow<'_, [FlowEntry]>, StoreError> {
+        Ok(match self.kept_block(b)? {
+            Ok(k) => Cow::Borrowed(&k.entries),
+            Err(v) => Cow::Owned(v),
+        })
+    }
+
+    /// Block `b` kept (from an earlier lookup, or decoded now and kept), or decoded only (`Err`: the store does
+    /// not keep blocks, or its budget is spent).
+    fn kept_block(&self, b: usize) -> Result<Result<&KeptBlock, Vec<FlowEntry>>, StoreError> {
+        let Some((keep, blocks)) = &self.kept else { return self.decode_block(b).map(Err) };
+        if let Some(k) = blocks[b].get() {
+            return Ok(Ok(k));
+        }
+        let k = KeptBlock::of(self.decode_block(b)?);
+        let bytes = k.heap_bytes();
+        if !keep.take(bytes) {
+            return Ok(Err(k.entries));
+        }
+        let mut ours = false;
+        let kept = blocks[b].get_or_init(|| {
+            ours = true;
+            k
+        });
+        if !ours {
+            keep.give_back(bytes);
+        }
+        Ok(Ok(kept))
+    }
+
+    /// Decodes block `b` of the flow table, checking its checksums and those of its flows' positions.
+    fn decode_block(&self, b: usize) -> Result<Vec<FlowEntry>, StoreError> {
         let d = self.dir[b];
         let bad = |why: &str| self.corrupt(format!("flow table block {b}: {why}"));
         if crc32fast::hash(&self.bytes.get()[d.at..d.at + d.zlen]) != d.crc {
@@ -1154,7 +1301,7 @@ impl Stage2 {
     pub fn entries(&self) -> Result<Vec<FlowEntry>, StoreError> {
         let mut out = Vec::with_capacity(self.frame.slots);
         for b in 0..self.dir.len() {
-            for e in self.block(b)? {
+            for &e in self.block(b)?.iter() {
                 if e.is_no_flow() {
                     self.no_flow_parts(e, None, &mut out)?;
                 } else {
@@ -1183,18 +1330,36 @@ impl Stage2 {
             None => (0..self.dir.len() as u32).collect(),
         };
         let mut out = Vec::new();
+        let ranges = if self.kept.is_some() { addr_ranges(need) } else { None };
         for b in blocks {
-            for e in self.block(b as usize)? {
-                if e.is_no_flow() {
-                    if no_flow {
-                        self.no_flow_parts(e, Some(need), &mut out)?;
+            match (self.kept_block(b as usize)?, &ranges) {
+                // A kept block: only its entries of the addresses asked (and the packets of no flow).
+                (Ok(k), Some(r)) => {
+                    if let Some(e) = k.entries.first().filter(|e| e.is_no_flow()) {
+                        self.candidate(e, need, no_flow, &mut out)?;
                     }
-                } else if e.may_match(need) {
-                    out.push(e);
+                    for i in k.with_addrs(r) {
+                        self.candidate(&k.entries[i], need, no_flow, &mut out)?;
+                    }
                 }
+                (Ok(k), None) => k.entries.iter().try_for_each(|e| self.candidate(e, need, no_flow, &mut out))?,
+                (Err(v), _) => v.iter().try_for_each(|e| self.candidate(e, need, no_flow, &mut out))?,
             }
         }
         Ok(out)
+    }
+
+    /// Puts `e` into `out` if it may hold a packet satisfying `need`: a flow by its key, the packets of no flow
+    /// (when `no_flow`: their summary allows) by group.
+    fn candidate(&self, e: &FlowEntry, need: &Need, no_flow: bool, out: &mut Vec<FlowEntry>) -> Result<(), StoreError> {
+        if e.is_no_flow() {
+            if no_flow {
+                self.no_flow_parts(*e, Some(need), out)?;
+            }
+        } else if e.may_match(need) {
+            out.push(*e);
+        }
+        Ok(())
     }
 
     /// Puts into `out` the entries of the packets of no flow (`slot0`, their one entry in the flow table) that
@@ -1243,7 +1408,7 @@ impl Stage2 {
 
     /// The segment's packets of no flow (in slot 0).
     pub fn no_flow_packets(&self) -> Result<u64, StoreError> {
-        let first = self.block(0)?.into_iter().next().filter(FlowEntry::is_no_flow);
+        let first = self.block(0)?.first().copied().filter(FlowEntry::is_no_flow);
         first.map(|e| u64::from(e.packets)).ok_or_else(|| self.corrupt("no entry for the packets of no flow".into()))
     }
 
@@ -1316,7 +1481,7 @@ impl Stage2 {
         if b == 0 || id == u64::MAX {
             return Ok(None);
         }
-        Ok(self.block(b - 1)?.into_iter().find(|e| !e.is_no_flow() && e.flow.id == id))
+        Ok(self.block(b - 1)?.iter().find(|e| !e.is_no_flow() && e.flow.id == id).copied())
     }
 
     /// The original-order positions of entry `e`'s packets, in its data order.
@@ -1517,7 +1682,19 @@ mod tests {
             let n = body.len();
             let mut bytes = body;
             bytes.resize(n + frame.positions_len, 0);
-            let s2 = Stage2::parse(Path::new("x"), 0, frame, Bytes::Owned(bytes), 0..n, n..n + frame.positions_len).unwrap();
+            let parse = |bytes: Vec<u8>| Stage2::parse(Path::new("x"), 0, frame, Bytes::Owned(bytes), 0..n, n..n + frame.positions_len).unwrap();
+            // Kept as a long-lived store keeps it: with room for everything, and with room for a block of a
+            // few hundred flows (the flow table's one block is kept or refused as it is smaller or larger).
+            let kept: Vec<(Stage2, Arc<Keep>)> = [u64::MAX, 50_000]
+                .into_iter()
+                .map(|budget| {
+                    let keep = Arc::new(Keep::new(budget));
+                    let mut s2 = parse(bytes.clone());
+                    s2.keep_blocks(Arc::clone(&keep));
+                    (s2, keep)
+                })
+                .collect();
+            let s2 = parse(bytes);
             let all = s2.entries().unwrap();
             let ng = groups.len();
             prop_assert_eq!(all.len(), ins.len() - 1 + ng);
@@ -1564,6 +1741,17 @@ mod tests {
                     Need::Pred(Pred::range(Field::SrcPort, u128::from(pb), u128::from(pb))),
                 ]),
                 Need::Pred(Pred::range(Field::Time, u128::from(t0), u128::from(t0.saturating_add(bits)))),
+                Need::and(vec![
+                    Need::Pred(Pred::range(Field::Time, u128::from(t0), u128::from(t0.saturating_add(bits) << 8))),
+                    Need::or(vec![
+                        Need::Pred(Pred::range(Field::Ip4Src, v4(a), v4(a))),
+                        Need::Pred(Pred::range(Field::Ip4Dst, v4(a), v4(a))),
+                    ]),
+                ]),
+                Need::or(vec![
+                    Need::Pred(Pred::range(Field::Ip4Dst, v4(b), v4(b))),
+                    Need::Pred(Pred::range(Field::Ip6Dst, 0x2001_0db8 << 96, (0x2001_0db8 << 96) | u128::from(a))),
+                ]),
             ];
             // A summary's answer, by a linear scan of its values (a cut field passes the prefix and range tests
             // of longer fields).
@@ -1586,9 +1774,22 @@ mod tests {
                     .filter(|(i, e)| if e.is_no_flow() { naive(need, &groups[*i].summary) } else { e.may_match(need) })
                     .map(|(_, e)| (e.slot, e.data_offset))
                     .collect();
+                // A kept stage 2 answers the same, the first time (blocks decoded and kept) and the next.
+                for (k, keep) in &kept {
+                    for _ in 0..2 {
+                        let again: Vec<(u32, u64)> = k.candidates(need).unwrap().iter().map(|e| (e.slot, e.data_offset)).collect();
+                        prop_assert_eq!(&again, &want, "{} kept", need);
+                    }
+                    prop_assert!(keep.used() <= keep.budget);
+                    prop_assert_eq!(k.entries().unwrap().iter().map(|e| e.slot).collect::<Vec<_>>(), all.iter().map(|e| e.slot).collect::<Vec<_>>());
+                }
                 prop_assert_eq!(got, want, "{}", need);
                 prop_assert_eq!(s2.no_flow_may_match(need), groups.iter().any(|g| naive(need, &g.summary)));
             }
+            // With room for everything, every block is kept once decoded.
+            let (k, keep) = &kept[0];
+            prop_assert!(k.kept.as_ref().is_some_and(|(_, b)| b.iter().all(|b| b.get().is_some())));
+            prop_assert_eq!(keep.used(), k.kept.as_ref().map_or(0, |(_, b)| b.iter().filter_map(|b| b.get()).map(KeptBlock::heap_bytes).sum()));
         }
     }
 

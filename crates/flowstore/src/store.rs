@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pcaptool_packet::Need;
 use rustc_hash::FxHashMap;
@@ -19,6 +19,7 @@ use crate::format::{is_data_ext, segment_paths};
 use crate::lock::{LOCK_FILE, WriterLock};
 use crate::segment::{FlowEntry, Record, SegBytes, SegData, Segment, StoredPacket};
 use crate::stage1::StoreMeta;
+use crate::stage2::Keep;
 
 /// The folder of a store where `pcaptool repair` puts damaged segments.
 pub const QUARANTINE: &str = "quarantine";
@@ -163,6 +164,8 @@ pub struct Store {
     /// Whether reads leave damaged segments out (else they fail), and those they left out.
     skip_damaged: bool,
     skipped: Mutex<Vec<DamagedSegment>>,
+    /// What reads keep of the segments' second stages, once [`keep_indexes`](Self::keep_indexes) is called.
+    keep: Option<Arc<Keep>>,
 }
 
 /// What a directory listing holds of a store: by segment number, the names of its data files (one, or two while a
@@ -383,6 +386,7 @@ impl Store {
             next_number: 0,
             skip_damaged: false,
             skipped: Mutex::new(Vec::new()),
+            keep: None,
         }
     }
 
@@ -469,6 +473,24 @@ impl Store {
     /// answer is then exact for the other segments.
     pub fn set_skip_damaged(&mut self, skip: bool) {
         self.skip_damaged = skip;
+    }
+
+    /// Keeps what reads decode of the segments' second stages (address dictionaries, posting lists, flow table
+    /// blocks) for the reads after them, within `budget` heap bytes, first come first kept: for a store that
+    /// answers many requests (a service), where decoding them again for each would be most of a needle's time.
+    /// A part the budget refuses is decoded for each read, as before. It applies to the segments the store
+    /// holds now.
+    pub fn keep_indexes(&mut self, budget: u64) {
+        let keep = Arc::new(Keep::new(budget));
+        for seg in &mut self.segments {
+            seg.set_keep(&keep);
+        }
+        self.keep = Some(keep);
+    }
+
+    /// Heap bytes kept of the segments' second stages (see [`keep_indexes`](Self::keep_indexes)).
+    pub fn kept_index_bytes(&self) -> u64 {
+        self.keep.as_ref().map_or(0, |k| k.used())
     }
 
     /// The damaged segments reads have left out so far.
@@ -579,7 +601,7 @@ impl Store {
     /// The records of segment `seg` that may satisfy `need` (each flow's span checked against its checksums),
     /// with the data that holds them; `None` if stage 2 rules it out.
     fn read_candidates(&self, seg: &Segment, need: &Need, st: &mut QueryStats) -> Result<Option<SegData>, StoreError> {
-        let s2 = seg.stage2()?;
+        let s2 = seg.stage2_kept()?;
         let entries = s2.candidates(need)?;
         if entries.iter().all(|e| e.packets == 0) {
             return Ok(None);
@@ -676,7 +698,7 @@ impl Store {
         self.check_damaged()?;
         let mut by_id: FxHashMap<u64, Flow> = FxHashMap::default();
         for seg in self.segments.iter().filter(|s| s.stage1.may_match(need)) {
-            let entries = match seg.stage2().and_then(|s2| s2.candidates(need)) {
+            let entries = match seg.stage2_kept().and_then(|s2| s2.candidates(need)) {
                 Ok(e) => e,
                 Err(e) => {
                     self.damage(seg.stage1.number, e, &seg.index)?;
