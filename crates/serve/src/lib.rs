@@ -48,6 +48,9 @@ pub struct Config {
     pub limits: Limits,
     /// How long a stop waits for running queries before it cancels them.
     pub drain: std::time::Duration,
+    /// Heap bytes each flow store may keep of its decoded indexes (flow tables, sorted arrays) between
+    /// requests; see `pcaptool_engine::OpenOptions::index_memory`.
+    pub index_memory: u64,
 }
 
 /// Limits on what one request may ask and on how many run at once.
@@ -179,6 +182,7 @@ mod tests {
             tokens: None,
             limits: Limits::default(),
             drain: std::time::Duration::from_secs(30),
+            index_memory: pcaptool_engine::DEFAULT_INDEX_MEMORY,
         }
     }
 

@@ -15,6 +15,8 @@ use crate::ServeError;
 pub(crate) struct Served {
     pub(crate) name: String,
     path: PathBuf,
+    /// How it is opened, and opened again.
+    opts: pcaptool_engine::OpenOptions,
     current: RwLock<Current>,
 }
 
@@ -45,13 +47,18 @@ fn modified(path: &Path) -> Option<SystemTime> {
 }
 
 impl Served {
-    fn open(path: &Path) -> Result<Served, ServeError> {
-        let source = Source::open_with(path, &long_lived())
+    fn open(path: &Path, opts: pcaptool_engine::OpenOptions) -> Result<Served, ServeError> {
+        let source = Source::open_with(path, &opts)
             .map_err(|source| ServeError::Source { path: path.to_path_buf(), source: Box::new(source) })?;
         let name =
             path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
         let seen = (source.kind() == SourceKind::Store).then(|| modified(path)).flatten();
-        Ok(Served { name, path: path.to_path_buf(), current: RwLock::new(Current { source: Arc::new(source), seen }) })
+        Ok(Served {
+            name,
+            path: path.to_path_buf(),
+            opts,
+            current: RwLock::new(Current { source: Arc::new(source), seen }),
+        })
     }
 
     /// The source as it is now.
@@ -68,7 +75,7 @@ impl Served {
         if now.is_none_or(|t| t == seen) {
             return Ok(false);
         }
-        let source = Source::open_with(&self.path, &long_lived())
+        let source = Source::open_with(&self.path, &self.opts)
             .map_err(|source| ServeError::Source { path: self.path.clone(), source: Box::new(source) })?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Current { source: Arc::new(source), seen: now };
         Ok(true)
@@ -114,11 +121,18 @@ pub struct Service {
 }
 
 impl Service {
-    /// Opens every source (a trace with its index when it has one, or a flow store); names must differ.
+    /// Opens every source (a trace with its index when it has one, or a flow store); names must differ. Each
+    /// store keeps up to [`DEFAULT_INDEX_MEMORY`](pcaptool_engine::DEFAULT_INDEX_MEMORY) of its decoded indexes.
     pub fn open(paths: &[PathBuf]) -> Result<Service, ServeError> {
+        Service::open_with(paths, pcaptool_engine::DEFAULT_INDEX_MEMORY)
+    }
+
+    /// [`open`](Self::open), each store keeping up to `index_memory` heap bytes of its decoded indexes.
+    pub fn open_with(paths: &[PathBuf], index_memory: u64) -> Result<Service, ServeError> {
+        let opts = pcaptool_engine::OpenOptions::new().long_lived(true).index_memory(index_memory);
         let mut sources: Vec<Served> = Vec::new();
         for p in paths {
-            let s = Served::open(p)?;
+            let s = Served::open(p, opts)?;
             for e in s.source().unused_indexes() {
                 let why = pcaptool_packet::Chain(e).to_string();
                 crate::http::log(&serde_json::json!({ "event": "index_unused", "source": s.name, "why": why }));
@@ -186,9 +200,4 @@ impl Service {
 
     /// How often stores are looked at for new segments.
     pub(crate) const WATCH: Duration = Duration::from_millis(500);
-}
-
-/// How the service opens its sources: kept for many requests (a trace's mapping shared by every answer).
-fn long_lived() -> pcaptool_engine::OpenOptions {
-    pcaptool_engine::OpenOptions::new().long_lived(true)
 }

@@ -236,7 +236,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut store = crate::cmd::store::open_writer(&args.store, true)?;
     let service = match service_config {
         Some(c) => {
-            let service = Arc::new(pcaptool_serve::Service::open(&c.sources)?);
+            let service = Arc::new(pcaptool_serve::Service::open_with(&c.sources, c.index_memory)?);
             let (bg, addr) = crate::cmd::serve::Background::start(c, service.clone())?;
             eprintln!("pcaptool: serving {} on {addr} while capturing", args.store.display());
             Some((bg, service))

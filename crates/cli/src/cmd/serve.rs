@@ -59,6 +59,10 @@ pub(crate) struct ServiceArgs {
     /// On SIGTERM or SIGINT, seconds to let running queries finish before cancelling them.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     drain_seconds: u64,
+    /// Memory each flow store may keep of its decoded flow tables and sorted arrays between requests (a
+    /// needle then reads no index twice); what does not fit is decoded for each request.
+    #[arg(long, value_name = "BYTES", default_value = "512M", value_parser = crate::args::parse_size)]
+    index_memory: u64,
 }
 
 impl ServiceArgs {
@@ -81,6 +85,7 @@ impl ServiceArgs {
                 seconds: self.max_seconds,
             },
             drain: std::time::Duration::from_secs(self.drain_seconds),
+            index_memory: self.index_memory,
         };
         config.check()?;
         Ok(config)
@@ -93,6 +98,7 @@ impl ServiceArgs {
             || self.max_packets.is_some()
             || self.max_bytes.is_some()
             || self.max_seconds.is_some()
+            || self.index_memory != pcaptool_engine::DEFAULT_INDEX_MEMORY
     }
 }
 
@@ -183,7 +189,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("name the traces or flow stores to serve: pcaptool serve TRACE... [--listen ADDR]");
     }
     let config = args.service.config(args.listen, args.sources.clone())?;
-    let service = Arc::new(Service::open(&config.sources)?);
+    let service = Arc::new(Service::open_with(&config.sources, config.index_memory)?);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
