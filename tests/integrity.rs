@@ -9,6 +9,8 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pcaptool_tests::tracegen::{GenOptions, generate};
@@ -207,16 +209,23 @@ fn readers_during_retention_see_whole_segments() {
     let filter = "tcp or icmp";
     let whole = answer(&dir, filter, &out).unwrap();
     let size: u64 = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    // Each step of retention waits for an answer after the one before it (or gives up waiting after a while), so
+    // that the readers run between the steps however slow the machine is.
+    let answered = Arc::new(AtomicUsize::new(0));
     let remover = {
-        let (bin, dir) = (pcaptool_bin(), dir.clone());
+        let (bin, dir, answered) = (pcaptool_bin(), dir.clone(), answered.clone());
         std::thread::spawn(move || {
             for step in (0..40u64).rev() {
+                let seen = answered.load(Ordering::SeqCst);
+                let waited = Instant::now();
+                while answered.load(Ordering::SeqCst) == seen && waited.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 let o = Command::new(&bin)
                     .args(["retain", p(&dir), "--max-size", &(size * step / 40 + 1).to_string()])
                     .output()
                     .unwrap();
                 assert!(o.status.success(), "retain: {}", err(&o));
-                std::thread::sleep(Duration::from_millis(20));
             }
         })
     };
@@ -230,6 +239,7 @@ fn readers_during_retention_see_whole_segments() {
         }
         last = got.len();
         reads += 1;
+        answered.fetch_add(1, Ordering::SeqCst);
     }
     remover.join().unwrap();
     println!("readers during retention: {reads} answers, each a stretch of whole segments");
