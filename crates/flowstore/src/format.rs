@@ -44,6 +44,14 @@ pub(crate) fn v6_key(v: u128) -> [u8; 17] {
     k
 }
 
+/// The 17-byte key of an address (the inverse of [`ip_of`]).
+pub(crate) fn key_of(a: IpAddr) -> [u8; 17] {
+    match a {
+        IpAddr::V4(v) => v4_key(u128::from(u32::from(v))),
+        IpAddr::V6(v) => v6_key(u128::from(v)),
+    }
+}
+
 /// The bytes a Bloom filter holds for an address key: 4 for IPv4, 16 for IPv6.
 pub(crate) fn bloom_bytes(k: &[u8; 17]) -> &[u8] {
     if k[0] == 4 { &k[1..5] } else { &k[1..17] }

@@ -213,15 +213,7 @@ impl Segment {
             return Ok(Arc::new(s2));
         }
         s2.keep_blocks(Arc::clone(keep));
-        let mut ours = false;
-        let kept = self.kept.get_or_init(|| {
-            ours = true;
-            Arc::new(s2)
-        });
-        if !ours {
-            keep.give_back(bytes);
-        }
-        Ok(Arc::clone(kept))
+        Ok(Arc::clone(keep.put(&self.kept, Arc::new(s2), bytes)))
     }
 
     /// Reads the header and stage 1 of the index file `index` (open as `f`), checking their checksums and that

@@ -20,7 +20,7 @@ use pcaptool_packet::{Field, FlowKey, IpProto, MappedFile, Need, Pred};
 use crate::codec::{Rd, get_varint, put_varint};
 use crate::error::StoreError;
 use crate::flow::{ConnState, Flow, Side};
-use crate::format::{ip_of, no_flow, v4_key, v6_key};
+use crate::format::{ip_of, key_of, no_flow, v4_key, v6_key};
 use crate::stage1::need_may;
 
 /// Flow entries per block of the flow table (format 4; 256 before: blocks of 1024 entries compress 7% smaller on
@@ -842,7 +842,7 @@ impl KeptBlock {
     fn of(entries: Vec<FlowEntry>) -> KeptBlock {
         let mut by_addr = Vec::with_capacity(2 * entries.len());
         for (i, e) in entries.iter().enumerate().filter(|(_, e)| !e.is_no_flow()) {
-            let (lo, hi) = (addr_key(e.flow.key.lo_addr), addr_key(e.flow.key.hi_addr));
+            let (lo, hi) = (key_of(e.flow.key.lo_addr), key_of(e.flow.key.hi_addr));
             by_addr.push((lo, i as u16));
             if hi != lo {
                 by_addr.push((hi, i as u16));
@@ -870,27 +870,27 @@ impl KeptBlock {
     }
 }
 
-/// The 17-byte key of an address.
-fn addr_key(a: IpAddr) -> [u8; 17] {
-    match a {
-        IpAddr::V4(v) => v4_key(u128::from(u32::from(v))),
-        IpAddr::V6(v) => v6_key(u128::from(v)),
-    }
-}
-
 /// Ranges of address keys one of which holds an endpoint of every flow that may satisfy `need` (as
 /// [`FlowEntry::may_match`] decides); `None` when `need` does not bound the addresses.
 fn addr_ranges(need: &Need) -> Option<Vec<([u8; 17], [u8; 17])>> {
     match need {
-        Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => match p.field {
-            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if p.hi <= u128::from(u32::MAX) => {
-                Some(vec![(v4_key(p.lo), v4_key(p.hi))])
-            }
-            Field::Ip6Src | Field::Ip6Dst => Some(vec![(v6_key(p.lo), v6_key(p.hi))]),
-            _ => None,
-        },
+        Need::Pred(p) => addr_range(p).map(|r| vec![r]),
         Need::Or(v) => v.iter().map(addr_ranges).collect::<Option<Vec<_>>>().map(|r| r.concat()),
         Need::And(v) => v.iter().filter_map(addr_ranges).min_by_key(Vec::len),
+        _ => None,
+    }
+}
+
+/// The address keys from and to which `p` holds, when it is a range (an exact value, a prefix) of addresses.
+fn addr_range(p: &Pred) -> Option<([u8; 17], [u8; 17])> {
+    if p.mask != u128::MAX || p.lo > p.hi {
+        return None;
+    }
+    match p.field {
+        Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if p.hi <= u128::from(u32::MAX) => {
+            Some((v4_key(p.lo), v4_key(p.hi)))
+        }
+        Field::Ip6Src | Field::Ip6Dst => Some((v6_key(p.lo), v6_key(p.hi))),
         _ => None,
     }
 }
@@ -916,13 +916,23 @@ impl Keep {
             .is_ok()
     }
 
-    /// Returns `bytes` taken for a part another thread kept first.
-    pub(crate) fn give_back(&self, bytes: u64) {
-        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    /// Puts `value`, for which `bytes` were [taken](Self::take), into `cell`; returns what `cell` holds, which
+    /// another thread may have put first (the bytes are then given back).
+    pub(crate) fn put<'c, T>(&self, cell: &'c OnceLock<T>, value: T, bytes: u64) -> &'c T {
+        let mut ours = false;
+        let kept = cell.get_or_init(|| {
+            ours = true;
+            value
+        });
+        if !ours {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        kept
     }
 
     /// The bytes taken.
-    pub(crate) fn used(&self) -> u64 {
+    #[cfg(test)]
+    fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 }
@@ -1153,15 +1163,7 @@ impl Stage2 {
         if !keep.take(bytes) {
             return Ok(Err(k.entries));
         }
-        let mut ours = false;
-        let kept = blocks[b].get_or_init(|| {
-            ours = true;
-            k
-        });
-        if !ours {
-            keep.give_back(bytes);
-        }
-        Ok(Ok(kept))
+        Ok(Ok(keep.put(&blocks[b], k, bytes)))
     }
 
     /// Decodes block `b` of the flow table, checking its checksums and those of its flows' positions.
@@ -1428,25 +1430,23 @@ impl Stage2 {
     fn lookup(&self, need: &Need) -> Result<Option<Vec<u32>>, StoreError> {
         Ok(match need {
             Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => {
-                let (lo, hi) = match p.field {
-                    Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa if p.hi <= u128::from(u32::MAX) => {
-                        (v4_key(p.lo), v4_key(p.hi))
-                    }
-                    Field::Ip6Src | Field::Ip6Dst => (v6_key(p.lo), v6_key(p.hi)),
+                if let Some((lo, hi)) = addr_range(p) {
+                    let from = self.addrs.partition_point(|e| *e < lo);
+                    let to = self.addrs.partition_point(|e| *e <= hi).max(from);
+                    let post = self.postings()?;
+                    return Ok(Some(post.blocks[post.starts[from]..post.starts[to]].to_vec()));
+                }
+                match p.field {
                     Field::SrcPort | Field::DstPort if p.lo <= 0xffff => {
                         let post = self.postings()?;
                         let (lo, hi) = (p.lo as u16, p.hi.min(0xffff) as u16);
                         let from = post.ports.partition_point(|&v| v < lo);
                         let to = post.ports.partition_point(|&v| v <= hi).max(from);
                         let n = self.addrs.len();
-                        return Ok(Some(post.blocks[post.starts[n + from]..post.starts[n + to]].to_vec()));
+                        Some(post.blocks[post.starts[n + from]..post.starts[n + to]].to_vec())
                     }
-                    _ => return Ok(None),
-                };
-                let from = self.addrs.partition_point(|e| *e < lo);
-                let to = self.addrs.partition_point(|e| *e <= hi).max(from);
-                let post = self.postings()?;
-                Some(post.blocks[post.starts[from]..post.starts[to]].to_vec())
+                    _ => None,
+                }
             }
             Need::And(v) => {
                 let mut best: Option<Vec<u32>> = None;

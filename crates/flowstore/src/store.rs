@@ -164,8 +164,6 @@ pub struct Store {
     /// Whether reads leave damaged segments out (else they fail), and those they left out.
     skip_damaged: bool,
     skipped: Mutex<Vec<DamagedSegment>>,
-    /// What reads keep of the segments' second stages, once [`keep_indexes`](Self::keep_indexes) is called.
-    keep: Option<Arc<Keep>>,
 }
 
 /// What a directory listing holds of a store: by segment number, the names of its data files (one, or two while a
@@ -386,7 +384,6 @@ impl Store {
             next_number: 0,
             skip_damaged: false,
             skipped: Mutex::new(Vec::new()),
-            keep: None,
         }
     }
 
@@ -485,12 +482,6 @@ impl Store {
         for seg in &mut self.segments {
             seg.set_keep(&keep);
         }
-        self.keep = Some(keep);
-    }
-
-    /// Heap bytes kept of the segments' second stages (see [`keep_indexes`](Self::keep_indexes)).
-    pub fn kept_index_bytes(&self) -> u64 {
-        self.keep.as_ref().map_or(0, |k| k.used())
     }
 
     /// The damaged segments reads have left out so far.
