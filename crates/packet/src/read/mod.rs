@@ -387,6 +387,56 @@ impl Seeker {
         }
     }
 
+    /// Many of [`nth_record_at`](Self::nth_record_at)'s walks at once: each `(offset, n)` of `walks` steps over
+    /// whole pcap records until `n` is 0 and `offset` that of the record it named. The walks step in turn, one
+    /// record each, so that their reads of record headers (on a large memory-mapped trace, each a wait for memory)
+    /// overlap rather than follow one another. A walk stops where a record is not whole or too long, with `n` what
+    /// is left, for `nth_record_at` to go on from there (and say what is wrong). Returns `false`, every walk
+    /// untouched, unless the capture is one pcap stream (pcapng blocks are walked by `nth_record_at` alone).
+    ///
+    /// ```
+    /// use pcaptool_packet::{LinkType, PcapWriter, Records, Seeker, TsPrecision};
+    /// let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535, TsPrecision::Nano)?;
+    /// for len in [60, 70, 80] {
+    ///     w.write_packet(5, len, &vec![1u8; len as usize])?;
+    /// }
+    /// let file = w.finish()?;
+    /// let mut records = Records::new(&file).track_structure();
+    /// records.by_ref().for_each(drop);
+    /// let seeker = Seeker::new(&file, records.structure())?;
+    /// let mut walks = [(24, 2), (24 + 16 + 60, 0), (24, 5)];
+    /// assert!(seeker.skip_records_many(&file, &mut walks));
+    /// // Past the third record the walk of 5 stopped: there is no whole record at the end of the file.
+    /// assert_eq!(walks, [(24 + 16 + 60 + 16 + 70, 0), (24 + 16 + 60, 0), (file.len() as u64, 2)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn skip_records_many(&self, data: &[u8], walks: &mut [(u64, usize)]) -> bool {
+        let [(_, State::Pcap(p), _)] = self.states.as_slice() else { return false };
+        for group in walks.chunks_mut(64) {
+            // Walks that met a record they cannot step over.
+            let mut stuck = 0u64;
+            loop {
+                let mut moved = false;
+                for (k, (offset, n)) in group.iter_mut().enumerate() {
+                    if *n == 0 || stuck >> k & 1 != 0 {
+                        continue;
+                    }
+                    match parser::skip_pcap_records(p, data, *offset, 1) {
+                        Some(next) => {
+                            (*offset, *n) = (next, *n - 1);
+                            moved = true;
+                        }
+                        None => stuck |= 1 << k,
+                    }
+                }
+                if !moved {
+                    break;
+                }
+            }
+        }
+        true
+    }
+
     /// The first packet record at or after `offset`, skipping blocks that are not packets (statistics, name
     /// resolution, interface descriptions, a new section).
     pub fn next_record_at<'a>(&self, data: &'a [u8], offset: u64) -> Result<Record<'a>, TraceError> {

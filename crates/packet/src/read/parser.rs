@@ -530,7 +530,7 @@ fn options(mut b: &[u8], be: bool) -> impl Iterator<Item = (u16, &[u8])> {
 /// The offset of the record `n` records after the pcap record at `offset` of `data`, each record on the way
 /// checked as [`pcap_record`] checks it (header whole, captured length within the limit, data whole); `None` as
 /// soon as one is not, for the caller to read it the long way and report why.
-#[inline]
+#[inline(always)]
 pub(crate) fn skip_pcap_records(p: &PcapState, data: &[u8], mut offset: u64, n: usize) -> Option<u64> {
     let hl = p.header_len as u64;
     for _ in 0..n {

@@ -169,6 +169,46 @@ proptest! {
     }
 
     #[test]
+    fn many_walks_at_once_end_where_each_walk_alone_ends(
+        pkts in pkts(), ng: bool, walks in proptest::collection::vec((0usize..40, 0usize..40), 0..80),
+        cut_frac in 0.5f64..1.0, flip: Option<(usize, usize, u8)>,
+    ) {
+        // A whole or cut file, perhaps with a record's length changed: each walk, finished by `nth_record_at` from
+        // where the many walks left it, finds what `nth_record_at` finds alone, or fails the same way; and a walk
+        // the many walks finished ends at a record `nth_record_at` reads there.
+        let mut bytes = if ng { write_pcapng(&pkts) } else { write_pcap(&pkts, TsPrecision::Micro) };
+        let (offsets, seeker) = {
+            let mut records = Records::new(&bytes).track_structure();
+            let offsets: Vec<u64> = records.by_ref().map(|r| r.unwrap().offset).collect();
+            (offsets, crate::Seeker::new(&bytes, records.structure()).unwrap())
+        };
+        prop_assume!(!offsets.is_empty());
+        if let Some((r, b, x)) = flip {
+            let at = offsets[r % offsets.len()] as usize;
+            bytes[at + if ng { 4 } else { 8 } + b % 4] ^= x | 1;
+        }
+        let cut = (offsets[0] as usize).max((bytes.len() as f64 * cut_frac) as usize);
+        let data = &bytes[..cut];
+        let starts: Vec<(u64, usize)> = walks.iter().map(|&(from, n)| (offsets[from % offsets.len()], n)).collect();
+        let mut many = starts.clone();
+        prop_assert_eq!(seeker.skip_records_many(data, &mut many), !ng);
+        for (&(start, n), &(at, left)) in starts.iter().zip(&many) {
+            prop_assert!(left <= n);
+            if ng {
+                prop_assert_eq!((at, left), (start, n));
+            }
+            match (seeker.nth_record_at(data, at, left), seeker.nth_record_at(data, start, n)) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => {
+                    prop_assert_eq!(a.offset, b.offset);
+                    prop_assert_eq!(a.kind.to_string(), b.kind.to_string());
+                }
+                (a, b) => prop_assert!(false, "many {:?}, alone {:?}", a, b),
+            }
+        }
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic(prefix in prop_oneof![
             Just(vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]),
             Just(vec![0xa1, 0xb2, 0x3c, 0x4d, 0, 2, 0, 4]),
