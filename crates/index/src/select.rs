@@ -271,7 +271,10 @@ impl<'a> IndexView<'a> {
         let (known, mut memo) = (c.known_many(positions), KeyMemo::default());
         let mut found = Vec::with_capacity(WALKS);
         for (batch, known) in positions.chunks(WALKS).zip(known.chunks(WALKS)) {
-            if self.locate(c, data, seeker, batch, at, &mut found)? {
+            // Found together, or (a pcapng file, or a record on the way that is not whole) one walk at a time
+            // below, which says what is wrong.
+            let together = self.locate(c, data, seeker, batch, at, &mut found)?;
+            if together {
                 // Each record's first lines (its header and most packets whole) are asked for before any is read:
                 // the reads overlap.
                 for &off in &found {
@@ -279,23 +282,14 @@ impl<'a> IndexView<'a> {
                         pcaptool_packet::prefetch(data, off as usize + 64 * line);
                     }
                 }
-                for ((&i, &off), known) in batch.iter().zip(&found).zip(known) {
-                    let i = i as usize;
-                    let (rec, next) = seeker.nth_record_at(data, off, 0).map_err(|e| self.misplaced(trace, c, i, e))?;
-                    at = Some((next, i + 1));
-                    self.check_read_with(c, i, *known, &mut memo, &rec, trace)?;
-                    f(c.first_packet + i as u64, rec)?;
-                }
-                continue;
             }
-            // A pcapng file, or a record on the way that is not whole: one walk at a time, which says what is
-            // wrong.
-            for (&i, &known) in batch.iter().zip(known) {
+            for (k, (&i, &known)) in batch.iter().zip(known).enumerate() {
                 let i = i as usize;
-                let b = i / BLOCK;
-                let (off, j) = match resume(at, i) {
-                    Some(at) => at,
-                    None => (c.block_offset(b).map_err(|d| self.corrupt(d))?, b * BLOCK),
+                // Where the walk to packet `i` starts, and the position there.
+                let (off, j) = match (together, resume(at, i)) {
+                    (true, _) => (found[k], i),
+                    (false, Some(at)) => at,
+                    (false, None) => (c.block_offset(i / BLOCK).map_err(|d| self.corrupt(d))?, i / BLOCK * BLOCK),
                 };
                 // The records before packet `i` in its block are only measured on the way.
                 let (rec, next) = seeker.nth_record_at(data, off, i - j).map_err(|e| self.misplaced(trace, c, j, e))?;
