@@ -290,7 +290,7 @@ fn skip_damaged_answers_from_the_rest_and_repair_sets_it_aside() {
     let o = pcaptool(&["query", p(&dir), "", "-w", p(&out)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        err(&o).contains("seg-000001.pcap is damaged at bytes 0..16384") && err(&o).contains("--skip-damaged"),
+        err(&o).contains("seg-000001.pcap is damaged at bytes 0..4096") && err(&o).contains("--skip-damaged"),
         "{}",
         err(&o)
     );

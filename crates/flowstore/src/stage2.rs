@@ -231,6 +231,11 @@ impl NoFlow {
     /// Whether some packet of no flow may satisfy `need`. A field some packet has cut short fails only a
     /// predicate that reads all of its bytes (see `Need::may_match_captured`).
     pub(crate) fn may_match(&self, need: &Need) -> bool {
+        need_may(need, &|p| self.may_match_pred(p))
+    }
+
+    /// Whether some packet of no flow may satisfy `p`.
+    fn may_match_pred(&self, p: &Pred) -> bool {
         fn any<T: Copy + Into<u128>>(v: &[T], p: &Pred) -> bool {
             if p.mask == u128::MAX {
                 // A range: the first value not below `lo`.
@@ -240,9 +245,8 @@ impl NoFlow {
                 v.iter().any(|&x| p.holds(x.into()))
             }
         }
-        need_may(need, &|p| {
-            let cut = self.cut & field_bit(p.field) != 0 && (p.always() || !p.reads_whole_field());
-            cut || match p.field {
+        self.cut_passes(p)
+            || match p.field {
                 Field::LinkProto => any(&self.links, p),
                 Field::IpProto => any(&self.protos, p),
                 Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => any(&self.v4, p),
@@ -250,7 +254,103 @@ impl NoFlow {
                 Field::SrcPort | Field::DstPort => any(&self.ports, p),
                 _ => true,
             }
-        })
+    }
+
+    /// Whether a packet with `p`'s field cut short may satisfy `p`, and one has.
+    fn cut_passes(&self, p: &Pred) -> bool {
+        self.cut & field_bit(p.field) != 0 && (p.always() || !p.reads_whole_field())
+    }
+}
+
+/// The groups of packets of no flow of a kept stage 2 by the addresses and ports their summaries hold, each
+/// value with its group, sorted: an exact value, prefix or range of them finds its groups by binary search
+/// rather than by a test of each group (a segment has up to [`MAX_NO_FLOW_GROUPS`], each tested for every
+/// answer: a fifth of a hot store's needle before).
+#[derive(Debug, Default)]
+struct GroupIndex {
+    /// The fields some group has cut short (`NoFlow::cut` of them all).
+    cut: u32,
+    v4: Vec<(u32, u16)>,
+    v6: Vec<(u128, u16)>,
+    ports: Vec<(u16, u16)>,
+}
+
+impl GroupIndex {
+    fn of(groups: &[NoFlowGroup]) -> GroupIndex {
+        let mut ix = GroupIndex::default();
+        for (g, group) in groups.iter().enumerate() {
+            // (More groups than a u16 counts are never indexed: see `groups_may_match`.)
+            let g = g as u16;
+            let s = &group.summary;
+            ix.cut |= s.cut;
+            ix.v4.extend(s.v4.iter().map(|&v| (v, g)));
+            ix.v6.extend(s.v6.iter().map(|&v| (v, g)));
+            ix.ports.extend(s.ports.iter().map(|&v| (v, g)));
+        }
+        ix.v4.sort_unstable();
+        ix.v6.sort_unstable();
+        ix.ports.sort_unstable();
+        ix
+    }
+
+    /// Marks in `out` the groups holding a value of `p`'s field from `p.lo` to `p.hi` (`p` a range); false if
+    /// the index has no list for the field.
+    fn mark(&self, p: &Pred, out: &mut [bool]) -> bool {
+        fn range<T: Copy + Ord + TryFrom<u128>>(v: &[(T, u16)], lo: u128, hi: u128, max: T, out: &mut [bool]) {
+            let Ok(lo) = T::try_from(lo) else { return };
+            let hi = T::try_from(hi).unwrap_or(max);
+            let from = v.partition_point(|e| e.0 < lo);
+            for &(_, g) in v[from..].iter().take_while(|e| e.0 <= hi) {
+                if let Some(o) = out.get_mut(usize::from(g)) {
+                    *o = true;
+                }
+            }
+        }
+        match p.field {
+            Field::Ip4Src | Field::Ip4Dst | Field::ArpSpa | Field::ArpTpa => range(&self.v4, p.lo, p.hi, u32::MAX, out),
+            Field::Ip6Src | Field::Ip6Dst => range(&self.v6, p.lo, p.hi, u128::MAX, out),
+            Field::SrcPort | Field::DstPort => range(&self.ports, p.lo, p.hi, u16::MAX, out),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// Per group of packets of no flow, whether it may hold a packet satisfying `need`, each as
+/// [`NoFlow::may_match`] decides; through `index` (of these groups) where it serves.
+fn groups_may_match(groups: &[NoFlowGroup], index: Option<&GroupIndex>, need: &Need) -> Vec<bool> {
+    let n = groups.len();
+    match need {
+        Need::All => vec![true; n],
+        Need::Pred(p) => {
+            let mut out = vec![false; n];
+            let indexed = p.mask == u128::MAX
+                && p.lo <= p.hi
+                && n <= usize::from(u16::MAX) + 1
+                && index.is_some_and(|ix| ix.mark(p, &mut out));
+            if indexed {
+                if index.is_some_and(|ix| ix.cut & field_bit(p.field) != 0) {
+                    for (o, g) in out.iter_mut().zip(groups) {
+                        *o = *o || g.summary.cut_passes(p);
+                    }
+                }
+            } else {
+                for (o, g) in out.iter_mut().zip(groups) {
+                    *o = g.summary.may_match_pred(p);
+                }
+            }
+            out
+        }
+        Need::And(v) => v.iter().fold(vec![true; n], |mut acc, x| {
+            if acc.contains(&true) {
+                acc.iter_mut().zip(groups_may_match(groups, index, x)).for_each(|(a, b)| *a = *a && b);
+            }
+            acc
+        }),
+        Need::Or(v) => v.iter().fold(vec![false; n], |mut acc, x| {
+            acc.iter_mut().zip(groups_may_match(groups, index, x)).for_each(|(a, b)| *a = *a || b);
+            acc
+        }),
     }
 }
 
@@ -827,6 +927,8 @@ pub struct Stage2 {
     no_flow: NoFlowIndex,
     /// In a long-lived store: the blocks decoded so far, kept while the store's budget allows.
     kept: Option<(Arc<Keep>, Vec<OnceLock<KeptBlock>>)>,
+    /// In a long-lived store: the groups of packets of no flow by value, made when first needed.
+    group_index: OnceLock<GroupIndex>,
 }
 
 /// A block of the flow table kept decoded: its entries, and each entry's endpoint addresses as (address key,
@@ -861,13 +963,23 @@ impl KeptBlock {
     fn with_addrs(&self, ranges: &[([u8; 17], [u8; 17])]) -> Vec<usize> {
         let mut out = Vec::new();
         for (lo, hi) in ranges {
-            let from = self.by_addr.partition_point(|(k, _)| k < lo);
-            out.extend(self.by_addr[from..].iter().take_while(|(k, _)| k <= hi).map(|&(_, i)| usize::from(i)));
+            let (lo, hi) = (key_ord(lo), key_ord(hi));
+            let from = self.by_addr.partition_point(|(k, _)| key_ord(k) < lo);
+            out.extend(self.by_addr[from..].iter().take_while(|(k, _)| key_ord(k) <= hi).map(|&(_, i)| usize::from(i)));
         }
         out.sort_unstable();
         out.dedup();
         out
     }
+}
+
+/// An address key as a pair of numbers that orders as its bytes do (comparing the bytes is a call to `memcmp`,
+/// a tenth of a hot store's needle when it was).
+#[inline]
+fn key_ord(k: &[u8; 17]) -> (u8, u128) {
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&k[1..]);
+    (k[0], u128::from_be_bytes(b))
 }
 
 /// Ranges of address keys one of which holds an endpoint of every flow that may satisfy `need` (as
@@ -879,6 +991,24 @@ fn addr_ranges(need: &Need) -> Option<Vec<([u8; 17], [u8; 17])>> {
         Need::And(v) => v.iter().filter_map(addr_ranges).min_by_key(Vec::len),
         _ => None,
     }
+}
+
+/// `ranges` sorted, those that overlap made one (a host's four conditions, as source and destination
+/// of IP and ARP, are one range).
+fn merged(mut ranges: Vec<([u8; 17], [u8; 17])>) -> Vec<([u8; 17], [u8; 17])> {
+    ranges.sort_unstable_by_key(|r| key_ord(&r.0));
+    let mut out: Vec<([u8; 17], [u8; 17])> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if key_ord(&r.0) <= key_ord(&last.1) => {
+                if key_ord(&r.1) > key_ord(&last.1) {
+                    last.1 = r.1;
+                }
+            }
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// The address keys from and to which `p` holds, when it is a range (an exact value, a prefix) of addresses.
@@ -1072,6 +1202,7 @@ impl Stage2 {
             block_flows,
             no_flow,
             kept: None,
+            group_index: OnceLock::new(),
         })
     }
 
@@ -1319,7 +1450,11 @@ impl Stage2 {
     /// each of their entries checked against the whole condition. The packets of no flow are candidates where
     /// their summary allows: by group from format 8, all of them before (always, before format 4).
     pub fn candidates(&self, need: &Need) -> Result<Vec<FlowEntry>, StoreError> {
-        let no_flow = self.no_flow_may_match(need);
+        let groups = self.groups_allowed(need);
+        let no_flow = match &groups {
+            Some(g) => g.contains(&true),
+            None => self.no_flow_may_match(need),
+        };
         let blocks = match self.lookup(need)? {
             Some(mut v) => {
                 if no_flow {
@@ -1332,31 +1467,48 @@ impl Stage2 {
             None => (0..self.dir.len() as u32).collect(),
         };
         let mut out = Vec::new();
-        let ranges = if self.kept.is_some() { addr_ranges(need) } else { None };
+        let ranges = if self.kept.is_some() { addr_ranges(need).map(merged) } else { None };
+        let allowed = (no_flow, groups.as_deref());
         for b in blocks {
             match (self.kept_block(b as usize)?, &ranges) {
                 // A kept block: only its entries of the addresses asked (and the packets of no flow).
                 (Ok(k), Some(r)) => {
                     if let Some(e) = k.entries.first().filter(|e| e.is_no_flow()) {
-                        self.candidate(e, need, no_flow, &mut out)?;
+                        self.candidate(e, need, allowed, &mut out)?;
                     }
                     for i in k.with_addrs(r) {
-                        self.candidate(&k.entries[i], need, no_flow, &mut out)?;
+                        self.candidate(&k.entries[i], need, allowed, &mut out)?;
                     }
                 }
-                (Ok(k), None) => k.entries.iter().try_for_each(|e| self.candidate(e, need, no_flow, &mut out))?,
-                (Err(v), _) => v.iter().try_for_each(|e| self.candidate(e, need, no_flow, &mut out))?,
+                (Ok(k), None) => k.entries.iter().try_for_each(|e| self.candidate(e, need, allowed, &mut out))?,
+                (Err(v), _) => v.iter().try_for_each(|e| self.candidate(e, need, allowed, &mut out))?,
             }
         }
         Ok(out)
     }
 
+    /// Per group of packets of no flow (format 8 on), whether it may satisfy `need`; `None` before format 8.
+    fn groups_allowed(&self, need: &Need) -> Option<Vec<bool>> {
+        let NoFlowIndex::Groups(groups) = &self.no_flow else { return None };
+        if self.frame.unknown_fields {
+            return Some(vec![true; groups.len()]);
+        }
+        let index = self.kept.as_ref().map(|_| self.group_index.get_or_init(|| GroupIndex::of(groups)));
+        Some(groups_may_match(groups, index, need))
+    }
+
     /// Puts `e` into `out` if it may hold a packet satisfying `need`: a flow by its key, the packets of no flow
-    /// (when `no_flow`: their summary allows) by group.
-    fn candidate(&self, e: &FlowEntry, need: &Need, no_flow: bool, out: &mut Vec<FlowEntry>) -> Result<(), StoreError> {
+    /// by group, as `no_flow` says (whether any may; and per group, when they are grouped).
+    fn candidate(
+        &self,
+        e: &FlowEntry,
+        need: &Need,
+        no_flow: (bool, Option<&[bool]>),
+        out: &mut Vec<FlowEntry>,
+    ) -> Result<(), StoreError> {
         if e.is_no_flow() {
-            if no_flow {
-                self.no_flow_parts(*e, Some(need), out)?;
+            if no_flow.0 {
+                self.no_flow_parts(*e, no_flow.1, out)?;
             }
         } else if e.may_match(need) {
             out.push(*e);
@@ -1365,16 +1517,21 @@ impl Stage2 {
     }
 
     /// Puts into `out` the entries of the packets of no flow (`slot0`, their one entry in the flow table) that
-    /// may satisfy `need` (`None`: all): from format 8 one entry per group, each group's data and positions
-    /// within `slot0`'s, whose sums must equal `slot0`'s.
-    fn no_flow_parts(&self, slot0: FlowEntry, need: Option<&Need>, out: &mut Vec<FlowEntry>) -> Result<(), StoreError> {
+    /// `allowed` names per group (`None`: all): from format 8 one entry per group, each group's data and
+    /// positions within `slot0`'s, whose sums must equal `slot0`'s.
+    fn no_flow_parts(
+        &self,
+        slot0: FlowEntry,
+        allowed: Option<&[bool]>,
+        out: &mut Vec<FlowEntry>,
+    ) -> Result<(), StoreError> {
         let NoFlowIndex::Groups(groups) = &self.no_flow else {
             out.push(slot0);
             return Ok(());
         };
         let (mut data_at, mut pos_at, mut packets) = (slot0.data_offset, slot0.positions_at, 0u64);
-        for g in groups {
-            if need.is_none_or(|n| self.frame.unknown_fields || g.summary.may_match(n)) {
+        for (i, g) in groups.iter().enumerate() {
+            if allowed.is_none_or(|a| a.get(i).copied().unwrap_or(true)) {
                 let mut flow = slot0.flow;
                 flow.orig = Side { packets: g.packets, bytes: g.data_len - 16 * g.packets, payload: 0, flags: 0 };
                 flow.resp = Side::default();
@@ -1420,6 +1577,9 @@ impl Stage2 {
             || match &self.no_flow {
                 NoFlowIndex::Unknown => true,
                 NoFlowIndex::One(n) => n.may_match(need),
+                NoFlowIndex::Groups(_) if self.kept.is_some() => {
+                    self.groups_allowed(need).is_some_and(|a| a.contains(&true))
+                }
                 NoFlowIndex::Groups(g) => g.iter().any(|g| g.summary.may_match(need)),
             }
     }
@@ -1431,8 +1591,9 @@ impl Stage2 {
         Ok(match need {
             Need::Pred(p) if p.mask == u128::MAX && p.lo <= p.hi => {
                 if let Some((lo, hi)) = addr_range(p) {
-                    let from = self.addrs.partition_point(|e| *e < lo);
-                    let to = self.addrs.partition_point(|e| *e <= hi).max(from);
+                    let (lo, hi) = (key_ord(&lo), key_ord(&hi));
+                    let from = self.addrs.partition_point(|e| key_ord(e) < lo);
+                    let to = self.addrs.partition_point(|e| key_ord(e) <= hi).max(from);
                     let post = self.postings()?;
                     return Ok(Some(post.blocks[post.starts[from]..post.starts[to]].to_vec()));
                 }
@@ -1791,6 +1952,20 @@ mod tests {
             prop_assert!(k.kept.as_ref().is_some_and(|(_, b)| b.iter().all(|b| b.get().is_some())));
             prop_assert_eq!(keep.used(), k.kept.as_ref().map_or(0, |(_, b)| b.iter().filter_map(|b| b.get()).map(KeptBlock::heap_bytes).sum()));
         }
+    }
+
+    #[test]
+    fn ranges_that_overlap_are_merged_and_others_kept() {
+        let k = |v: u32| v4_key(u128::from(v));
+        let r = |a: u32, b: u32| (k(a), k(b));
+        // A host's four conditions are one range; a range inside another goes; disjoint ones stay, sorted.
+        assert_eq!(merged(vec![r(5, 5); 4]), vec![r(5, 5)]);
+        assert_eq!(merged(vec![r(10, 20), r(1, 3), r(12, 15), r(18, 30)]), vec![r(1, 3), r(10, 30)]);
+        assert_eq!(merged(vec![r(4, 6), r(7, 9)]), vec![r(4, 6), r(7, 9)]);
+        // IPv6 keys sort after IPv4 ones.
+        let six = (v6_key(1), v6_key(2));
+        assert_eq!(merged(vec![six, r(1, 2)]), vec![r(1, 2), six]);
+        assert!(merged(Vec::new()).is_empty());
     }
 
     #[test]
