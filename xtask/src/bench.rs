@@ -165,7 +165,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         for t in traces.iter().flatten() {
             compress_section(t)?;
         }
-        crate::capbench::compressed_pipeline(&root().join("target/bench"))?;
+        crate::capbench::compressed_pipeline(
+            &root().join("target/bench"),
+            traces[1].as_ref().map(|t| t.path.as_path()),
+        )?;
         if only.is_some() {
             return Ok(());
         }
@@ -198,7 +201,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         return crate::capbench::pipeline_from_memory(&root().join("target/bench"));
     }
     if only.as_deref() == Some("compress-pipeline") {
-        return crate::capbench::compressed_pipeline(&root().join("target/bench"));
+        let real = BenchTrace::real()?;
+        return crate::capbench::compressed_pipeline(
+            &root().join("target/bench"),
+            real.as_ref().map(|t| t.path.as_path()),
+        );
     }
     if only.as_deref() == Some("capture") || only.is_none() {
         crate::capbench::capture_section()?;
@@ -965,8 +972,10 @@ fn store_section(t: &BenchTrace) -> anyhow::Result<()> {
         100.0 * (index - positions - sums) as f64 / data as f64,
         index - positions - sums
     );
+    let block = store.segments().iter().find_map(|s| s.stage1.checksum_block()).unwrap_or(0);
     println!(
-        "| data checksums (CRC-32C per 16 KiB) as % of stored bytes | {:.3}% ({} B) | | | |",
+        "| data checksums (CRC-32C per {} KiB) as % of stored bytes | {:.3}% ({} B) | | | |",
+        block >> 10,
         100.0 * sums as f64 / data as f64,
         sums
     );

@@ -81,7 +81,7 @@ fn write_frames(path: &Path, frames: &[Vec<u8>]) -> anyhow::Result<()> {
 
 pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
     let n = 4_000_000usize;
-    let frames = udp_frames(n, 60, 20_000);
+    let frames = Frames::generated(n, 20_000);
     let mhz = mhz();
     println!(
         "pipeline fed from memory: {n} frames of 64 bytes (60 without FCS), 20,000 flows; cycles = CPU time × {mhz:.0} MHz"
@@ -105,8 +105,8 @@ pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
     let (c0, t0) = (cpu_seconds(), Instant::now());
     {
         let mut w = PcapWriter::new(std::fs::File::create(&dump)?, LinkType::ETHERNET, 262_144, TsPrecision::Nano)?;
-        for (i, f) in frames.iter().enumerate() {
-            w.write_packet(1_700_000_000_000_000_000 + i as u64 * 67, 64, f)?;
+        for (i, f) in frames.data.iter().enumerate() {
+            w.write_packet(1_700_000_000_000_000_000 + frames.ts[i], frames.wirelen[i], f)?;
         }
         w.finish()?.sync_all()?;
     }
@@ -133,7 +133,7 @@ pub(crate) fn pipeline_from_memory(dir: &Path) -> anyhow::Result<()> {
         );
         // The design's floor beside it: the same layout with no index at all (crate::floor), so against
         // n2disk's figure to dump only.
-        let mut floor = crate::floor::passes(&store_dir, &frames, every, REUSED as usize)?[1..].to_vec();
+        let mut floor = crate::floor::passes(&store_dir, &frames.data, every, REUSED as usize)?[1..].to_vec();
         let _ = std::fs::remove_dir_all(&store_dir);
         floor.sort_by(|a, b| a.0.total_cmp(&b.0));
         let k = floor.len();
@@ -150,23 +150,81 @@ const REUSED: u64 = 5;
 /// Passes over the frames into each kind of store in [`compressed_pipeline`], after a first that allocates.
 const COMPRESSED_PASSES: usize = 9;
 
+/// Packets handed to a capture's store, kept in memory: each packet's bytes, its time from the first packet's
+/// and its length on the wire; `span` is the last packet's time.
+pub(crate) struct Frames {
+    data: Vec<Vec<u8>>,
+    ts: Vec<u64>,
+    wirelen: Vec<u32>,
+    span: u64,
+}
+
+impl Frames {
+    /// 64-byte frames of `flows` UDP flows (60 bytes without the FCS), 67 ns apart: line rate at 10 Gb/s.
+    fn generated(n: usize, flows: usize) -> Frames {
+        let data = udp_frames(n, 60, flows);
+        let ts: Vec<u64> = (0..n as u64).map(|i| i * 67).collect();
+        Frames { wirelen: vec![64; n], span: ts.last().copied().unwrap_or(0), ts, data }
+    }
+
+    /// The first `n` packets of the pcap file `path` (one link type: the real-traffic bench trace's Ethernet),
+    /// at their own times.
+    fn from_trace(path: &Path, n: usize) -> anyhow::Result<Frames> {
+        let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        let mut f = Frames { data: Vec::with_capacity(n), ts: Vec::with_capacity(n), wirelen: Vec::new(), span: 0 };
+        let mut first = None;
+        for rec in pcaptool_packet::Records::new(&bytes).take(n) {
+            let rec = rec?;
+            if rec.linktype != LinkType::ETHERNET {
+                bail!("{}: a packet of link type {:?}, not Ethernet", path.display(), rec.linktype);
+            }
+            let t0 = *first.get_or_insert(rec.ts_ns);
+            // (The trace is in time order; a packet out of it is taken at the time before it.)
+            let t = rec.ts_ns.saturating_sub(t0).max(f.span);
+            f.span = t;
+            f.ts.push(t);
+            f.wirelen.push(rec.wirelen);
+            f.data.push(rec.data.to_vec());
+        }
+        Ok(f)
+    }
+
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+}
+
 /// The capture pipeline fed from memory into a plain store, an LZ4 store and a Zstandard store, a segment every
-/// 500,000 packets: the rate with each codec against the rate without (goal for LZ4: at least 90%). The stores'
-/// passes take turns (plain, LZ4, Zstandard, plain, ...), so that the machine's noise, which moves a pass by a
-/// tenth and drifts over seconds, falls on all three alike; each pass ends when its last segment is written. Two
-/// rates, each the median pass's: the pipeline's sustained rate, from the first segment's hand-over to its close
-/// to the last's (every segment filled meanwhile while the one before it was written, and waiting for that close
-/// if it caught up with it, as a capture's does), and the rate of the whole pass, to its last segment written
-/// (which adds a first filling no close overlaps, and a last close that no filling does: a capture waits for
-/// that one only when it stops, and it is heavier with compression: an eighth of a pass here).
-pub(crate) fn compressed_pipeline(dir: &Path) -> anyhow::Result<()> {
-    let n = 4_000_000usize;
+/// 500,000 packets: the rate with each codec against the rate without (goal for LZ4, on real traffic: at least
+/// 90%), on the generated 64-byte frames and, when `real` names the real-traffic bench trace, on its first
+/// 2,000,000 packets at their own times. The stores' passes take turns (plain, LZ4, Zstandard, plain, ...), so
+/// that the machine's noise, which moves a pass by a tenth and drifts over seconds, falls on all three alike;
+/// each pass ends when its last segment is written. Two rates, each the median pass's: the pipeline's sustained
+/// rate, from the first segment's hand-over to its close to the last's (every segment filled meanwhile while the
+/// one before it was written, and waiting for that close if it caught up with it, as a capture's does), and the
+/// rate of the whole pass, to its last segment written (which adds a first filling no close overlaps, and a last
+/// close that no filling does: a capture waits for that one only when it stops, and it is heavier with
+/// compression: an eighth of a pass here).
+pub(crate) fn compressed_pipeline(dir: &Path, real: Option<&Path>) -> anyhow::Result<()> {
     let every = 500_000usize;
-    let frames = udp_frames(n, 60, 20_000);
+    let generated = Frames::generated(4_000_000, 20_000);
+    pipeline_rows(dir, "4M 64-byte frames, 20,000 flows", &generated, every)?;
+    drop(generated);
+    if let Some(path) = real {
+        let frames = Frames::from_trace(path, 2_000_000)?;
+        let what = format!("the first {} packets of {}, at their own times", frames.len(), path.display());
+        pipeline_rows(dir, &what, &frames, every)?;
+    }
+    Ok(())
+}
+
+/// [`compressed_pipeline`]'s table for one set of frames.
+fn pipeline_rows(dir: &Path, what: &str, frames: &Frames, every: usize) -> anyhow::Result<()> {
+    let n = frames.len();
     let codecs = [Codec::None, Codec::Lz4, Codec::Zstd { level: 3 }];
     println!(
-        "capture pipeline fed from memory: {n} frames of 64 bytes, 20,000 flows, a segment every 500,000 packets; \
-         {COMPRESSED_PASSES} passes into each store, taking turns"
+        "capture pipeline fed from memory: {what}; a segment every {every} packets; {COMPRESSED_PASSES} passes into \
+         each store, taking turns"
     );
     println!();
     let mut stores = Vec::new();
@@ -186,7 +244,7 @@ pub(crate) fn compressed_pipeline(dir: &Path) -> anyhow::Result<()> {
         for pass in 0..=COMPRESSED_PASSES {
             for (k, ingest) in ingests.iter_mut().enumerate() {
                 let (c0, t0) = (cpu_seconds(), Instant::now());
-                let first = push_pass(ingest, &frames, every, pass as u64)?;
+                let first = push_pass(ingest, frames, every, pass as u64)?;
                 let pushed = first.elapsed().as_secs_f64();
                 ingest.flush()?;
                 if pass > 0 {
@@ -233,7 +291,7 @@ pub(crate) fn compressed_pipeline(dir: &Path) -> anyhow::Result<()> {
 /// Pushes `frames` once into `ingest` as a capture hands them over, pass `pass` of several (timestamps going on),
 /// closing a segment every `every` packets (not waiting for the last to be written); returns when the first
 /// segment was handed to its close.
-fn push_pass(ingest: &mut Ingest<'_>, frames: &[Vec<u8>], every: usize, pass: u64) -> anyhow::Result<Instant> {
+fn push_pass(ingest: &mut Ingest<'_>, frames: &Frames, every: usize, pass: u64) -> anyhow::Result<Instant> {
     let mut handed = None;
     let meta = StoreMeta {
         linktype: LinkType::ETHERNET,
@@ -242,15 +300,17 @@ fn push_pass(ingest: &mut Ingest<'_>, frames: &[Vec<u8>], every: usize, pass: u6
         swapped: false,
         iface: 0,
     };
-    let n = frames.len() as u64;
-    for (j, part) in frames.chunks(every.max(1)).enumerate() {
-        let first = pass * n + (j * every) as u64;
+    // Each pass after the one before it, a millisecond later.
+    let base = 1_700_000_000_000_000_000 + pass * (frames.span + 1_000_000);
+    let every = every.max(1);
+    for (j, part) in frames.data.chunks(every).enumerate() {
+        let first = j * every;
         // As a capture's writer hands over its batches.
         ingest.push_all(part.iter().enumerate().map(|(i, f)| Incoming {
             meta,
             iface_name: "mem",
-            ts_ns: 1_700_000_000_000_000_000 + (first + i as u64) * 67,
-            wirelen: 64,
+            ts_ns: base + frames.ts[first + i],
+            wirelen: frames.wirelen[first + i],
             data: f,
         }))?;
         // As a capture's flush: the segment is written while the next fills.
@@ -264,7 +324,7 @@ fn push_pass(ingest: &mut Ingest<'_>, frames: &[Vec<u8>], every: usize, pass: u6
 /// the segments every `every` packets; returns each pass's CPU and wall seconds. The first pass also allocates
 /// and faults in the writer's buffers, the later ones reuse them, as a capture does after its first segment;
 /// this machine's noise moves one pass by a tenth, so there are several.
-fn store_passes(dir: &Path, frames: &[Vec<u8>], every: usize) -> anyhow::Result<Vec<(f64, f64)>> {
+fn store_passes(dir: &Path, frames: &Frames, every: usize) -> anyhow::Result<Vec<(f64, f64)>> {
     let _ = std::fs::remove_dir_all(dir);
     let mut store = Store::create(dir)?;
     let mut passes = Vec::new();

@@ -28,7 +28,8 @@ commands:
   bench [--size BYTES[K|M|G]] [--packets N]
         [--only walk|commands|query|index|store|compress|export|serve|capture|pipeline|compress-pipeline]
                   side-by-side benchmark of pcaptool and tcpdump on a generated trace and the real-traffic
-                  trace (compress-pipeline: the capture pipeline into plain, LZ4 and Zstandard stores alone)
+                  trace (compress-pipeline: the capture pipeline into plain, LZ4 and Zstandard stores alone,
+                  fed generated 64-byte frames and the real-traffic trace's first 2,000,000 packets)
   real-trace [OUT] [--copies N] [--seed S]
                   the benchmark trace of real traffic: the corpus's Ethernet captures merged by time and
                   repeated with checksum-neutral address rewrites (needs ../shared/corpus)
