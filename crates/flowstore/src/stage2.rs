@@ -276,8 +276,23 @@ struct GroupIndex {
 }
 
 impl GroupIndex {
+    /// The heap bytes the index of `groups` takes.
+    fn heap_bytes_of(groups: &[NoFlowGroup]) -> u64 {
+        let s = groups.iter().map(|g| &g.summary);
+        (s.clone().map(|s| s.v4.len() * size_of::<(u32, u16)>()).sum::<usize>()
+            + s.clone().map(|s| s.v6.len() * size_of::<(u128, u16)>()).sum::<usize>()
+            + s.map(|s| s.ports.len() * size_of::<(u16, u16)>()).sum::<usize>()) as u64
+    }
+
     fn of(groups: &[NoFlowGroup]) -> GroupIndex {
-        let mut ix = GroupIndex::default();
+        // (Sized exactly, so that the bytes taken from the store's budget are those held.)
+        let count = |f: fn(&NoFlow) -> usize| groups.iter().map(|g| f(&g.summary)).sum::<usize>();
+        let mut ix = GroupIndex {
+            cut: 0,
+            v4: Vec::with_capacity(count(|s| s.v4.len())),
+            v6: Vec::with_capacity(count(|s| s.v6.len())),
+            ports: Vec::with_capacity(count(|s| s.ports.len())),
+        };
         for (g, group) in groups.iter().enumerate() {
             // (More groups than a u16 counts are never indexed: see `groups_may_match`.)
             let g = g as u16;
@@ -1493,8 +1508,21 @@ impl Stage2 {
         if self.frame.unknown_fields {
             return Some(vec![true; groups.len()]);
         }
-        let index = self.kept.as_ref().map(|_| self.group_index.get_or_init(|| GroupIndex::of(groups)));
-        Some(groups_may_match(groups, index, need))
+        Some(groups_may_match(groups, self.group_index(groups), need))
+    }
+
+    /// The index of `groups` (this stage 2's) in a long-lived store, made when first needed if the store's budget
+    /// takes it; `None` otherwise (each group is then tested).
+    fn group_index(&self, groups: &[NoFlowGroup]) -> Option<&GroupIndex> {
+        let (keep, _) = self.kept.as_ref()?;
+        if let Some(ix) = self.group_index.get() {
+            return Some(ix);
+        }
+        let bytes = GroupIndex::heap_bytes_of(groups);
+        if !keep.take(bytes) {
+            return None;
+        }
+        Some(keep.put(&self.group_index, GroupIndex::of(groups), bytes))
     }
 
     /// Puts `e` into `out` if it may hold a packet satisfying `need`: a flow by its key, the packets of no flow
@@ -1950,7 +1978,14 @@ mod tests {
             // With room for everything, every block is kept once decoded.
             let (k, keep) = &kept[0];
             prop_assert!(k.kept.as_ref().is_some_and(|(_, b)| b.iter().all(|b| b.get().is_some())));
-            prop_assert_eq!(keep.used(), k.kept.as_ref().map_or(0, |(_, b)| b.iter().filter_map(|b| b.get()).map(KeptBlock::heap_bytes).sum()));
+            let groups_bytes = match (&k.no_flow, k.group_index.get()) {
+                (NoFlowIndex::Groups(g), Some(ix)) => {
+                    prop_assert_eq!((ix.v4.capacity(), ix.v6.capacity(), ix.ports.capacity()), (ix.v4.len(), ix.v6.len(), ix.ports.len()));
+                    GroupIndex::heap_bytes_of(g)
+                }
+                _ => 0,
+            };
+            prop_assert_eq!(keep.used(), groups_bytes + k.kept.as_ref().map_or(0, |(_, b)| b.iter().filter_map(|b| b.get()).map(KeptBlock::heap_bytes).sum::<u64>()));
         }
     }
 
