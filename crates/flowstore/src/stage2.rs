@@ -276,22 +276,27 @@ struct GroupIndex {
 }
 
 impl GroupIndex {
+    /// The IPv4 addresses, IPv6 addresses and ports the summaries of `groups` hold.
+    fn lens(groups: &[NoFlowGroup]) -> [usize; 3] {
+        groups
+            .iter()
+            .fold([0; 3], |[a, b, c], g| [a + g.summary.v4.len(), b + g.summary.v6.len(), c + g.summary.ports.len()])
+    }
+
     /// The heap bytes the index of `groups` takes.
     fn heap_bytes_of(groups: &[NoFlowGroup]) -> u64 {
-        let s = groups.iter().map(|g| &g.summary);
-        (s.clone().map(|s| s.v4.len() * size_of::<(u32, u16)>()).sum::<usize>()
-            + s.clone().map(|s| s.v6.len() * size_of::<(u128, u16)>()).sum::<usize>()
-            + s.map(|s| s.ports.len() * size_of::<(u16, u16)>()).sum::<usize>()) as u64
+        let [v4, v6, ports] = GroupIndex::lens(groups);
+        (v4 * size_of::<(u32, u16)>() + v6 * size_of::<(u128, u16)>() + ports * size_of::<(u16, u16)>()) as u64
     }
 
     fn of(groups: &[NoFlowGroup]) -> GroupIndex {
         // (Sized exactly, so that the bytes taken from the store's budget are those held.)
-        let count = |f: fn(&NoFlow) -> usize| groups.iter().map(|g| f(&g.summary)).sum::<usize>();
+        let [v4, v6, ports] = GroupIndex::lens(groups);
         let mut ix = GroupIndex {
             cut: 0,
-            v4: Vec::with_capacity(count(|s| s.v4.len())),
-            v6: Vec::with_capacity(count(|s| s.v6.len())),
-            ports: Vec::with_capacity(count(|s| s.ports.len())),
+            v4: Vec::with_capacity(v4),
+            v6: Vec::with_capacity(v6),
+            ports: Vec::with_capacity(ports),
         };
         for (g, group) in groups.iter().enumerate() {
             // (More groups than a u16 counts are never indexed: see `groups_may_match`.)
