@@ -170,10 +170,12 @@ impl Frames {
     /// The first `n` packets of the pcap file `path` (one link type: the real-traffic bench trace's Ethernet),
     /// at their own times.
     fn from_trace(path: &Path, n: usize) -> anyhow::Result<Frames> {
-        let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-        let mut f = Frames { data: Vec::with_capacity(n), ts: Vec::with_capacity(n), wirelen: Vec::new(), span: 0 };
+        let reader = pcaptool_packet::TraceReader::open(path)?;
+        let bytes = reader.as_bytes().with_context(|| format!("{} is not memory-mapped", path.display()))?;
+        let mut f =
+            Frames { data: Vec::with_capacity(n), ts: Vec::with_capacity(n), wirelen: Vec::with_capacity(n), span: 0 };
         let mut first = None;
-        for rec in pcaptool_packet::Records::new(&bytes).take(n) {
+        for rec in pcaptool_packet::Records::new(bytes).take(n) {
             let rec = rec?;
             if rec.linktype != LinkType::ETHERNET {
                 bail!("{}: a packet of link type {:?}, not Ethernet", path.display(), rec.linktype);
