@@ -216,6 +216,7 @@ pub(crate) fn compressed_pipeline(dir: &Path, real: Option<&Path>) -> anyhow::Re
         let frames = Frames::from_trace(path, 2_000_000)?;
         let what = format!("the first {} packets of {}, at their own times", frames.len(), path.display());
         pipeline_rows(dir, &what, &frames, every)?;
+        continuous_rows(dir, &what, &frames, every)?;
     }
     Ok(())
 }
@@ -285,6 +286,72 @@ fn pipeline_rows(dir: &Path, what: &str, frames: &Frames, every: usize) -> anyho
             100.0 * rate / plain,
             cpu / wall
         );
+    }
+    println!();
+    Ok(())
+}
+
+/// Rounds of [`continuous_rows`]: each a plain and an LZ4 capture, one after the other.
+const CONTINUOUS_ROUNDS: usize = 7;
+/// Passes over the frames in each capture of [`continuous_rows`], after a first that allocates.
+const CONTINUOUS_PASSES: u64 = 5;
+
+/// A long capture's rate, plain and with LZ4: the frames pushed [`CONTINUOUS_PASSES`] times into one store,
+/// segments closing behind the ingest, and waited for only at the end (as a capture that goes on, where
+/// [`pipeline_rows`] waits for every pass's last segment); each round's LZ4 rate against the plain rate of the same
+/// round, so that the machine's drift between rounds cancels.
+fn continuous_rows(dir: &Path, what: &str, frames: &Frames, every: usize) -> anyhow::Result<()> {
+    let n = frames.len() as f64 * CONTINUOUS_PASSES as f64;
+    println!(
+        "a long capture fed from memory: {what}, {CONTINUOUS_PASSES} times over ({} packets, a segment every \
+         {every}); {CONTINUOUS_ROUNDS} rounds, each a plain and an LZ4 store",
+        n as u64
+    );
+    println!();
+    // Per round: (rate, processors busy) of each codec.
+    let mut rounds: Vec<[(f64, f64); 2]> = Vec::new();
+    for _ in 0..CONTINUOUS_ROUNDS {
+        let mut round = [(0.0, 0.0); 2];
+        for (k, codec) in [Codec::None, Codec::Lz4].into_iter().enumerate() {
+            let d = dir.join("mem-store-long");
+            let _ = std::fs::remove_dir_all(&d);
+            let mut store = Store::create(&d)?;
+            {
+                let mut ingest = store.ingest(&ImportOptions { compress: codec, ..ImportOptions::default() })?;
+                // (The first pass allocates the writers' buffers and is not counted.)
+                push_pass(&mut ingest, frames, every, 0)?;
+                ingest.flush()?;
+                let (c0, t0) = (cpu_seconds(), Instant::now());
+                for pass in 1..=CONTINUOUS_PASSES {
+                    push_pass(&mut ingest, frames, every, pass)?;
+                }
+                ingest.flush()?;
+                let wall = t0.elapsed().as_secs_f64();
+                round[k] = (n / wall, (cpu_seconds() - c0) / wall);
+                ingest.finish()?;
+            }
+            let _ = std::fs::remove_dir_all(&d);
+        }
+        rounds.push(round);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let ratios: Vec<f64> = rounds.iter().map(|r| r[1].0 / r[0].0).collect();
+    let (lo, hi) = ratios.iter().fold((f64::MAX, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+    println!(
+        "| store | packets/s, to the last segment written (median round) | processors busy | vs plain: median of the rounds' (range) | goal |"
+    );
+    println!("|---|---|---|---|---|");
+    for (k, codec) in [Codec::None, Codec::Lz4].into_iter().enumerate() {
+        let (rate, busy) =
+            (median(rounds.iter().map(|r| r[k].0).collect()), median(rounds.iter().map(|r| r[k].1).collect()));
+        let (vs, goal) = match codec {
+            Codec::None => ("100%".to_string(), ""),
+            _ => (format!("{:.0}% ({:.0}-{:.0}%)", 100.0 * median(ratios.clone()), 100.0 * lo, 100.0 * hi), "≥ 90%"),
+        };
+        println!("| {codec} | {:.2} M | {busy:.2} | {vs} | {goal} |", rate / 1e6);
     }
     println!();
     Ok(())
