@@ -423,32 +423,17 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
     }
 
     /// Position at level 0 of the element at position `p` of the level after `si`'s code ends.
-    fn lift(&self, si: usize, p: usize) -> usize {
-        self.lift_after(si, p, None)
-    }
-
-    /// [`lift`](Self::lift), given the selects of an earlier element of the same symbol (`prev[d]`: the select
-    /// argument and answer at level `d`), which it updates: each level's select then scans forward from the
-    /// earlier answer ([`BitVector::select_after`]).
-    fn lift_after(&self, si: usize, mut p: usize, mut prev: Option<&mut [(usize, usize); MAX_DEPTH]>) -> usize {
+    fn lift(&self, si: usize, mut p: usize) -> usize {
         let (code, len) = (self.code(si), self.code_len(si));
         for d in (0..len).rev() {
             let off = self.level(d, L_OFFSET);
             let ob = self.level(d, L_ONES_BEFORE);
-            let one = code >> (len - 1 - d) & 1 == 1;
-            let arg = if one { ob + p - self.level(d, L_ZEROS) } else { off - ob + p };
-            let q = match prev.as_deref_mut() {
-                Some(prev) if prev[d].0 < arg && prev[d].1 != usize::MAX => {
-                    self.bv.select_after(one, prev[d].0, prev[d].1, arg)
-                }
-                _ if one => self.bv.select1(arg),
-                _ => self.bv.select0(arg),
+            let q = if code >> (len - 1 - d) & 1 == 1 {
+                self.bv.select1(ob + p - self.level(d, L_ZEROS))
+            } else {
+                self.bv.select0(off - ob + p)
             };
-            let q = q.expect("validated tree: the occurrence exists");
-            if let Some(prev) = prev.as_deref_mut() {
-                prev[d] = (arg, q);
-            }
-            p = q - off;
+            p = q.expect("validated tree: the occurrence exists") - off;
         }
         p
     }
@@ -469,7 +454,7 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
         let l = l.min(r);
         let mut prev = [(0, usize::MAX); MAX_DEPTH];
         let Some(si) = self.find(c) else {
-            return Positions { wt: self, si: 0, start: 0, k: 0, end: 0, prev };
+            return Positions { wt: self, si: 0, start: 0, k: 0, end: 0, prev, from: 0, done: 0, batch: [0; BATCH] };
         };
         let (code, len) = (self.code(si), self.code_len(si));
         let slot_start = (self.slots.word(self.slot_index(si)) >> 24) as usize;
@@ -488,7 +473,8 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
             let zeros = self.level(d, L_ZEROS);
             (a, e) = if one { (zeros + ra, zeros + re) } else { (a - ra, e - re) };
         }
-        Positions { wt: self, si, start: slot_start, k: a - slot_start, end: e - slot_start, prev }
+        let k = a - slot_start;
+        Positions { wt: self, si, start: slot_start, k, end: e - slot_start, prev, from: k, done: k, batch: [0; BATCH] }
     }
 
     /// Number of positions in `[l, r)` whose symbol lies in `[c1, c2]`: the sum of `rank` differences over the
@@ -510,22 +496,60 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
     }
 }
 
-/// Iterator over the positions of one symbol in a range, from [`HuffmanWaveletTree::positions`].
+/// Positions a [`Positions`] iterator lifts at once, level by level.
+const BATCH: usize = 32;
+
+/// Iterator over the positions of one symbol in a range, from [`HuffmanWaveletTree::positions`]. Positions are
+/// lifted in batches, a level at a time for the whole batch ([`BitVector::select_run`]): consecutive occurrences
+/// lie close together at every level, so each level's select scans on from the previous answer in the same words.
 #[derive(Debug)]
 pub struct Positions<'a, B, W> {
     wt: &'a HuffmanWaveletTree<B, W>,
     si: usize,
     start: usize,
+    /// Rank of the next position given.
     k: usize,
     end: usize,
-    /// Per level, the select argument and answer of the previous element (`usize::MAX`: none yet).
+    /// Per level, the select argument and answer of the last element lifted (`usize::MAX`: none yet).
     prev: [(usize, usize); MAX_DEPTH],
+    /// Ranks `[from, done)` are lifted, into `batch[..done - from]`.
+    from: usize,
+    done: usize,
+    batch: [usize; BATCH],
 }
 
 impl<B, W> Positions<'_, B, W> {
     /// The occurrences of the symbol before the next position this iterator gives (its rank there).
     pub fn rank(&self) -> usize {
         self.k
+    }
+}
+
+impl<B: BitVector, W: Words> Positions<'_, B, W> {
+    /// Lifts the next batch of ranks from `done` on (at least one; the caller checks `done < end`).
+    fn lift_batch(&mut self) {
+        let wt = self.wt;
+        let n = (self.end - self.done).min(BATCH);
+        let batch = &mut self.batch[..n];
+        for (i, x) in batch.iter_mut().enumerate() {
+            *x = self.start + self.done + i;
+        }
+        let (code, len) = (wt.code(self.si), wt.code_len(self.si));
+        for d in (0..len).rev() {
+            let (off, ob) = (wt.level(d, L_OFFSET), wt.level(d, L_ONES_BEFORE));
+            let one = code >> (len - 1 - d) & 1 == 1;
+            // The select arguments of `lift`, ascending as the positions are.
+            if one {
+                let zeros = wt.level(d, L_ZEROS);
+                batch.iter_mut().for_each(|x| *x = ob + *x - zeros);
+            } else {
+                batch.iter_mut().for_each(|x| *x += off - ob);
+            }
+            self.prev[d] = wt.bv.select_run(one, self.prev[d], batch).expect("validated tree: the occurrence exists");
+            batch.iter_mut().for_each(|x| *x -= off);
+        }
+        self.from = self.done;
+        self.done += n;
     }
 }
 
@@ -536,7 +560,10 @@ impl<B: BitVector, W: Words> Iterator for Positions<'_, B, W> {
         if self.k >= self.end {
             return None;
         }
-        let p = self.wt.lift_after(self.si, self.start + self.k, Some(&mut self.prev));
+        if self.k >= self.done {
+            self.lift_batch();
+        }
+        let p = self.batch[self.k - self.from];
         self.k += 1;
         Some(p)
     }

@@ -41,6 +41,24 @@ pub trait BitVector {
         let _ = (j, at);
         if ones { self.select1(k) } else { self.select0(k) }
     }
+    /// Many selects of one kind at once: `ks` holds ascending arguments, each replaced by its answer (the
+    /// position of the `k`-th one when `ones`, else of the `k`-th zero). `cursor` is an earlier argument and its
+    /// answer (`usize::MAX` as the answer: none), from which a vector may scan forward as
+    /// [`select_after`](Self::select_after) does; the last argument and answer are returned to be the next call's
+    /// cursor. `None` when an occurrence is missing (the arguments then hold some answers and some arguments).
+    fn select_run(&self, ones: bool, cursor: (usize, usize), ks: &mut [usize]) -> Option<(usize, usize)> {
+        let mut cursor = cursor;
+        for k in ks.iter_mut() {
+            let q = match cursor {
+                (j, at) if at != usize::MAX && j < *k => self.select_after(ones, j, at, *k),
+                _ if ones => self.select1(*k),
+                _ => self.select0(*k),
+            }?;
+            cursor = (*k, q);
+            *k = q;
+        }
+        Some(cursor)
+    }
     /// Bits `[l, r)` (`l <= r <= len`, panics otherwise) packed into words, bit `l` first: for reading a stretch in
     /// one pass instead of one `access` per bit.
     fn bits(&self, l: usize, r: usize) -> crate::BitBuf {

@@ -376,6 +376,52 @@ impl<W: Words> BitVector for RsBitVector<W> {
         self.select(k, ones)
     }
 
+    /// One pass forward for a run of ascending arguments: the word under the last answer stays in hand, so
+    /// consecutive occurrences cost a `trailing_zeros` each; a gap of more than 8 words is a select from the
+    /// directories, and the pass goes on from its answer.
+    fn select_run(&self, ones: bool, cursor: (usize, usize), ks: &mut [usize]) -> Option<(usize, usize)> {
+        let nwords = self.bits.num_words();
+        let word = |w: usize| if ones { self.word(w) } else { !self.word(w) };
+        // The bits of word `w` after position `p`.
+        let after = |w: usize, p: usize| if p % 64 == 63 { 0 } else { word(w) & (!0u64 << (p % 64 + 1)) };
+        let (mut j, mut at) = cursor;
+        // `x`: the bits of word `w` after the cursor's answer, when there is one.
+        let mut held = at != usize::MAX && at < self.len;
+        let (mut w, mut x) = if held { (at / 64, after(at / 64, at)) } else { (0, 0) };
+        for k in ks.iter_mut() {
+            let q = 'found: {
+                if held && j < *k {
+                    let mut rem = *k - j;
+                    for _ in 0..SCAN_AFTER_WORDS {
+                        let c = x.count_ones() as usize;
+                        if rem <= c {
+                            let b = if rem == 1 { x.trailing_zeros() } else { select_in_word(x, (rem - 1) as u32) };
+                            let p = w * 64 + b as usize;
+                            // Past `len` only zeros of the last word's padding can be found: those are not bits.
+                            if p >= self.len {
+                                return None;
+                            }
+                            x &= if b == 63 { 0 } else { !0u64 << (b + 1) };
+                            break 'found p;
+                        }
+                        rem -= c;
+                        w += 1;
+                        if w >= nwords {
+                            return None;
+                        }
+                        x = word(w);
+                    }
+                }
+                let p = self.select(*k, ones)?;
+                (w, x, held) = (p / 64, after(p / 64, p), true);
+                p
+            };
+            (j, at) = (*k, q);
+            *k = q;
+        }
+        Some((j, at))
+    }
+
     fn bits(&self, l: usize, r: usize) -> BitBuf {
         assert!(l <= r && r <= self.len, "bits({l}, {r}) on {} bits", self.len);
         let mut out = BitBuf::with_capacity(r - l);
@@ -535,6 +581,24 @@ pub(crate) mod tests {
                         list.get(k).copied(),
                         "select_after({is_one}, {j}, {at}, {k})"
                     );
+                }
+            }
+            // select_run over runs of arguments with steps from 1 to past the scan's reach, from no cursor and
+            // from a cursor; its answers and its returned cursor as select's, or None when one is missing.
+            for (start, step) in [(0, 1), (1, 2), (3, 65), (0, 600), (list.len() / 2, 1), (list.len() / 3, 7)] {
+                let ks: Vec<usize> = (0..40).map(|i| start + i * step).collect();
+                let earlier = start.checked_sub(1).and_then(|j| list.get(j).map(|&at| (j, at)));
+                for cur in [(0, usize::MAX)].into_iter().chain(earlier) {
+                    let mut got = ks.clone();
+                    let end = b.select_run(is_one, cur, &mut got);
+                    let want: Option<Vec<usize>> = ks.iter().map(|&k| list.get(k).copied()).collect();
+                    match want {
+                        Some(want) => {
+                            assert_eq!(got, want, "select_run({is_one}, {cur:?}, {ks:?})");
+                            assert_eq!(end, Some((ks[39], want[39])));
+                        }
+                        None => assert_eq!(end, None, "select_run({is_one}, {cur:?}, {ks:?})"),
+                    }
                 }
             }
         }
