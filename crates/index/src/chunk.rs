@@ -8,7 +8,7 @@ use pcaptool_packet::{Field, Need, PacketFields, Pred};
 use crate::file::DirEntry;
 use crate::format::{BLOCK, Cursor, Damage, EliasFano, KeySet, PAGE, Part, crc32};
 use crate::keys::{
-    KEY_FIELDS, KeyMemo, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, flags_code, len_class,
+    KEY_FIELDS, KeyMemo, KeyTable, LEN_BOUNDS, class_decided, class_may, code_may, key_and_flags, len_class,
 };
 use crate::lanes::Flows;
 use crate::shapes::{ShapeView, Shapes};
@@ -337,11 +337,13 @@ impl<'a> ChunkView<'a> {
             return Ok(false);
         }
         let Some(k) = self.key_of_packet(i, known)? else { return Ok(false) };
-        if !self.keys.is_key_of_with(k, fields, memo)? {
+        // (The packet's fields read once for its key and its flags.)
+        let (key, flags) = key_and_flags(fields);
+        if !self.keys.is_key_with(k, &key, memo)? {
             return Ok(false);
         }
         if self.shapes.loaded().is_some() {
-            return Ok(self.shape_at(i, known)? == Some(shape_of(flags_code(fields), len_class(wirelen))));
+            return Ok(self.shape_at(i, known)? == Some(shape_of(flags, len_class(wirelen))));
         }
         Ok(true)
     }

@@ -1,7 +1,7 @@
 //! Packet keys: the header fields of one packet that stay the same along a flow direction, packed into a fixed
 //! byte string, and the per-chunk key table that stores each distinct key once, column by column, with a sorted
 //! dictionary per field. TCP flags and the wire-length class change from packet to packet; they are sequences of
-//! their own (`flags_code`, `len_class`).
+//! their own (the flags code of [`key_and_flags`], [`len_class`]).
 
 use pcaptool_packet::{Field, FieldValue, PacketFields, Pred};
 
@@ -66,7 +66,9 @@ pub(crate) fn code_of(v: FieldValue) -> u32 {
     }
 }
 
-/// The TCP flags of a packet as a sequence symbol ([`code_of`]).
+/// The TCP flags of a packet as a sequence symbol ([`code_of`]), read alone (the definition
+/// [`key_and_flags`] is tested against).
+#[cfg(test)]
 pub(crate) fn flags_code(fields: &PacketFields<'_>) -> u32 {
     code_of(fields.get(Field::TcpFlags))
 }
@@ -114,7 +116,8 @@ pub(crate) fn key_of(fields: &PacketFields<'_>) -> Key {
     key_and_flags(fields).0
 }
 
-/// A packet's key and its TCP flags code ([`flags_code`]), with the link layer read once for both.
+/// A packet's key and its TCP flags code (as a sequence symbol, [`code_of`]), with the link layer read once for
+/// both.
 pub(crate) fn key_and_flags(fields: &PacketFields<'_>) -> (Key, u32) {
     let r = fields.reader();
     let mut k = [0u8; KEY_BYTES];
@@ -508,36 +511,42 @@ impl<'a> KeyTable<'a> {
         Ok(self.column(f)?.value(k / 2))
     }
 
-    /// Whether key `k` is the key of these fields (the check that the trace still holds the indexed packet), the
-    /// values of keys checked before taken from `memo` (the packets of a flow read one after another share their
-    /// key: its columns are then read once, not once a packet).
-    pub(crate) fn is_key_of_with(
-        &self,
-        k: usize,
-        fields: &PacketFields<'_>,
-        memo: &mut KeyMemo,
-    ) -> Result<bool, Damage> {
+    /// Whether key `k` is `key`, a packet's packed key ([`key_and_flags`]: the check that the trace still holds
+    /// the indexed packet), the keys checked before taken from `memo` (the packets of a flow read one after another
+    /// share their key: its columns are then read once, not once a packet).
+    pub(crate) fn is_key_with(&self, k: usize, key: &Key, memo: &mut KeyMemo) -> Result<bool, Damage> {
         if k >= self.len() {
             return Ok(false);
         }
         let want = match memo.0.get(&(k as u32)) {
-            Some(v) => *v,
+            Some(v) => v,
             None => {
                 let mut v = [FieldValue::Missing; KEY_FIELDS.len()];
                 for (x, f) in v.iter_mut().zip(KEY_FIELDS) {
                     *x = self.value(k, f)?;
                 }
-                memo.0.insert(k as u32, v);
-                v
+                memo.0.entry(k as u32).or_insert(pack(v))
             }
         };
-        Ok(fields.get_many(KEY_FIELDS) == want)
+        Ok(want == key)
     }
 }
 
-/// The values of the keys a reader checked packets against, by key id (see [`KeyTable::is_key_of_with`]).
+/// The packed keys a reader checked packets against, by key id (see [`KeyTable::is_key_with`]).
 #[derive(Debug, Default)]
-pub(crate) struct KeyMemo(rustc_hash::FxHashMap<u32, [FieldValue; KEY_FIELDS.len()]>);
+pub(crate) struct KeyMemo(rustc_hash::FxHashMap<u32, Key>);
+
+/// The packed key of the values of [`KEY_FIELDS`], as [`key_and_flags`] packs a packet's.
+fn pack(values: [FieldValue; KEY_FIELDS.len()]) -> Key {
+    let mut k = [0u8; KEY_BYTES];
+    macro_rules! put {
+        ($($i:literal)*) => {$(
+            put::<{ width(KEY_FIELDS[$i]) }>(&mut k, tag_at($i), values[$i]);
+        )*};
+    }
+    put!(0 1 2 3 4 5 6 7 8 9 10 11 12);
+    k
+}
 
 /// Pairs the keys of a chunk into flows: returns the rows (each a key whose reverse, if the chunk holds it, is
 /// the row's second key) and, per key, its key id `2·row + direction`. Rows are ordered by [`shape_rank`], then
@@ -664,7 +673,8 @@ mod tests {
         assert_eq!(none.iter().collect::<Vec<_>>(), vec![id(3), id(3) + 1]);
         // (One memo throughout: a key's values remembered from one packet are still checked against the next.)
         let mut memo = KeyMemo::default();
-        let mut is_key_of = |k, f| t.is_key_of_with(k, &PacketFields::new(LinkType::ETHERNET, f, 60, 0), &mut memo);
+        let mut is_key_of =
+            |k, f| t.is_key_with(k, &key_of(&PacketFields::new(LinkType::ETHERNET, f, 60, 0)), &mut memo);
         for (k, f) in frames.iter().enumerate() {
             assert!(is_key_of(id(k), f).unwrap());
         }
