@@ -445,10 +445,11 @@ impl<B: BitVector, W: Words> HuffmanWaveletTree<B, W> {
         (k < count).then(|| self.lift(si, start + k))
     }
 
-    /// The positions of `c` in `[l, r)`, in increasing order; each costs one `select` (not a scan of the range).
-    /// The walk that ranks `l` also tells each level's select where to start scanning: the occurrences after `l`
-    /// lie after `l`'s place at every level, so the first one is found by scanning forward from there (usually a
-    /// few words) instead of by a select from the directories.
+    /// The positions of `c` in `[l, r)`, in increasing order; each costs one select a level (not a scan of the
+    /// range), taken in batches a level at a time (see [`Positions`]). The walk that ranks `l` also tells each
+    /// level's select where to start scanning: the occurrences after `l` lie after `l`'s place at every level, so
+    /// the first one is found by scanning forward from there (usually a few words) instead of by a select from the
+    /// directories.
     pub fn positions(&self, c: u32, l: usize, r: usize) -> Positions<'_, B, W> {
         let r = r.min(self.n);
         let l = l.min(r);
