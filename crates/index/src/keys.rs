@@ -545,6 +545,15 @@ fn pack(values: [FieldValue; KEY_FIELDS.len()]) -> Key {
         )*};
     }
     put!(0 1 2 3 4 5 6 7 8 9 10 11 12);
+    // A value wider than its field (only a damaged column holds one) packs to no packet's key: its tag is none
+    // that `put` writes.
+    let wider = |(v, f): (&FieldValue, Field)| match *v {
+        FieldValue::Value(x) => width(f) < 16 && x >> (8 * width(f)) != 0,
+        _ => false,
+    };
+    if values.iter().zip(KEY_FIELDS).any(wider) {
+        k[tag_at(0)] = u8::MAX;
+    }
     k
 }
 
@@ -751,6 +760,20 @@ mod tests {
                 prop_assert_eq!(rows_of(&a, true), rows_of(&b, true));
             }
         }
+    }
+
+    #[test]
+    fn a_value_wider_than_its_field_packs_to_no_packets_key() {
+        let frame = frame([10, 0, 0, 1], 1234);
+        let key = key_of(&PacketFields::new(LinkType::ETHERNET, &frame, 60, 0));
+        let r = PacketFields::new(LinkType::ETHERNET, &frame, 60, 0);
+        let mut values = r.get_many(KEY_FIELDS);
+        assert_eq!(pack(values), key);
+        // The source address with a bit set past its 4 bytes: its low bytes are the packet's, its key is not.
+        let at = KEY_FIELDS.iter().position(|&f| f == Field::Ip4Src).unwrap();
+        let FieldValue::Value(v) = values[at] else { panic!("an IPv4 source") };
+        values[at] = FieldValue::Value(v | 1 << 40);
+        assert_ne!(pack(values), key);
     }
 
     #[test]
