@@ -525,47 +525,55 @@ impl<'a> ChunkView<'a> {
         l: usize,
         r: usize,
         out: &mut Vec<u32>,
-        mut known: Option<&mut Vec<Known>>,
+        known: Option<&mut Vec<Known>>,
     ) -> Result<(), Damage> {
         let spans = self.key_spans(truth)?;
         if spans.is_empty() {
             return Ok(());
         }
         let lanes = self.lanes()?;
-        let start = out.len();
-        let known_start = known.as_deref().map_or(0, Vec::len);
-        let mut runs = 0;
-        for (k, sym, s, e) in spans {
-            let (a, b) = (s.max(l), e.min(r));
-            if a < b {
-                let before = out.len();
-                let (first, found) = lanes.ranked_positions(sym, a, b);
-                out.extend(found.map(|i| i as u32));
-                if let Some(known) = known.as_deref_mut() {
-                    // The span's packets are the symbol's occurrences from its rank at `a` on.
-                    let first = first as u32;
-                    known.extend(out[before..].iter().zip(first..).map(|(&pos, rank)| Known {
-                        pos,
-                        key: k as u32,
-                        sym,
-                        rank,
-                    }));
-                }
-                runs += usize::from(out.len() > before);
-            }
-        }
-        if runs > 1 {
-            match known {
-                Some(known) => {
-                    known[known_start..].sort_unstable_by_key(|k| k.pos);
-                    for (p, k) in out[start..].iter_mut().zip(&known[known_start..]) {
-                        *p = k.pos;
-                    }
-                }
-                None => out[start..].sort_unstable(),
-            }
-        }
+        // Each flow's walk is lifted as soon as it is made (keeping them all first costs a walk's state per flow).
+        take_walks(spans.into_iter().filter_map(|span| Walk::new(lanes, span, l, r)), out, known);
         Ok(())
+    }
+
+    /// The packets in `[l, r)` of the keys `truth` accepts, counted flow by flow, and while the count stays at
+    /// most `max`, each flow walked down the lane sequence to its symbol and kept, to be lifted to its positions
+    /// ([`take_walks`]); past `max` the other flows are only counted (a rank at each end, no walk kept), and no
+    /// walks are returned (nor when there are more flows than `max`). A value no key of the chunk has loads no
+    /// lane sequence.
+    pub(crate) fn key_walks(
+        &self,
+        truth: &KeySet,
+        l: usize,
+        r: usize,
+        max: u64,
+    ) -> Result<(u64, Option<Vec<Walk<'_>>>), Damage> {
+        let spans = self.key_spans(truth)?;
+        if spans.is_empty() {
+            return Ok((0, Some(Vec::new())));
+        }
+        let lanes = self.lanes()?;
+        // More flows than `max` seldom have `max` packets or fewer (only a direction a flow never took has
+        // none): they are counted without walks.
+        let (mut count, mut walks) = (0u64, (spans.len() as u64 <= max).then(Vec::new));
+        for span @ (_, sym, s, e) in spans {
+            let Some(kept) = walks.as_mut() else {
+                let (a, b) = (s.max(l), e.min(r));
+                if a < b {
+                    count += (lanes.rank(sym, b) - lanes.rank(sym, a)) as u64;
+                }
+                continue;
+            };
+            let Some(walk) = Walk::new(lanes, span, l, r) else { continue };
+            count += walk.found.len() as u64;
+            if count > max {
+                walks = None;
+            } else if walk.found.len() > 0 {
+                kept.push(walk);
+            }
+        }
+        Ok((count, walks))
     }
 
     /// An upper bound of the packets of `[l, r)` that may satisfy `prep` (rank counts; `truth` answers time).
@@ -719,6 +727,53 @@ impl<'a> ChunkView<'a> {
     /// The packets (indexes in the chunk, ascending) that may satisfy `need`.
     pub(crate) fn select(&self, need: &Need, time_preds: &[Pred]) -> Result<Vec<u32>, Damage> {
         let prep = self.prepare(need, time_preds)?;
+        self.select_prepared(&prep, time_preds)
+    }
+
+    /// For planning and selecting at once: the packets that may satisfy `need` as
+    /// [`estimate_need`](Self::estimate_need) counts them and, when they are at most `max`, the packets
+    /// [`select`](Self::select) selects. A condition on keys alone (a needle: `host X`, `host X and port Y`) is
+    /// walked down the lane sequence once for both, where counting and then selecting walk it twice.
+    pub(crate) fn estimate_select(
+        &self,
+        need: &Need,
+        time_preds: &[Pred],
+        max: u64,
+    ) -> Result<(u64, Option<Vec<u32>>), Damage> {
+        let prep = self.prepare(need, time_preds)?;
+        // (Over a quarter of the keys, `key_count` counts by runs of flows, cheaper than walking each flow.)
+        if let Prep::Keys(t) = &prep
+            && time_preds.is_empty()
+            && t.count() <= self.keys.len() / 4
+        {
+            let (estimate, walks) = self.key_walks(t, 0, self.n, max)?;
+            let Some(walks) = walks else { return Ok((estimate, None)) };
+            let (mut out, mut known) = (Vec::new(), Vec::new());
+            take_walks(walks, &mut out, Some(&mut known));
+            self.keep_known(known);
+            return Ok((estimate, Some(out)));
+        }
+        let mut estimate = 0u64;
+        for (l, r, truth) in self.page_ranges(time_preds)? {
+            estimate += self.estimate_in(&prep, l, r, &truth)? as u64;
+        }
+        if estimate > max {
+            return Ok((estimate, None));
+        }
+        Ok((estimate, Some(self.select_prepared(&prep, time_preds)?)))
+    }
+
+    /// Keeps what driving by keys learnt of the packets it found (see `selected`).
+    fn keep_known(&self, mut known: Vec<Known>) {
+        if !known.is_empty() {
+            // (Several drives, under an `or`, each append theirs in order.)
+            known.sort_unstable_by_key(|k| k.pos);
+            known.dedup_by_key(|k| k.pos);
+            *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = known;
+        }
+    }
+
+    fn select_prepared(&self, prep: &Prep, time_preds: &[Pred]) -> Result<Vec<u32>, Damage> {
         let leaf = !matches!(prep, Prep::And(_) | Prep::Or(_));
         let mut out = Vec::new();
         for (l, r, truth) in self.page_ranges(time_preds)? {
@@ -726,13 +781,8 @@ impl<'a> ChunkView<'a> {
             // range's stays for reading them): checking them against the other conditions (their shapes) and
             // reading them then need no walks of the lane sequence.
             let mut known = Vec::new();
-            let driven = self.drive(&prep, l, r, &truth, &mut known)?;
-            if !known.is_empty() {
-                // (Several drives, under an `or`, each append theirs in order.)
-                known.sort_unstable_by_key(|k| k.pos);
-                known.dedup_by_key(|k| k.pos);
-                *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = known;
-            }
+            let driven = self.drive(prep, l, r, &truth, &mut known)?;
+            self.keep_known(known);
             match driven {
                 Some(v) if leaf => out.extend(v),
                 Some(v) => {
@@ -740,7 +790,7 @@ impl<'a> ChunkView<'a> {
                         self.shapes()?.expect(v.len());
                     }
                     for i in v {
-                        if self.may(&prep, i as usize, &truth, &mut Memo::default())? {
+                        if self.may(prep, i as usize, &truth, &mut Memo::default())? {
                             out.push(i);
                         }
                     }
@@ -750,7 +800,7 @@ impl<'a> ChunkView<'a> {
                         self.shapes()?.expect(r - l);
                     }
                     for i in l..r {
-                        if self.may(&prep, i, &truth, &mut Memo::default())? {
+                        if self.may(prep, i, &truth, &mut Memo::default())? {
                             out.push(i as u32);
                         }
                     }
@@ -858,6 +908,59 @@ impl<'a> ChunkView<'a> {
         }
         let prep = self.prepare(&Need::Pred(*pred), &[])?;
         Ok(self.estimate_in(&prep, 0, self.n, &[])? as u64)
+    }
+}
+
+/// One flow's packets in a range of a chunk, walked down the lane sequence to the flow's symbol: counted
+/// (`found.len()`), lifted to their positions as they are taken.
+pub(crate) struct Walk<'t> {
+    key: u32,
+    sym: u32,
+    /// The symbol's occurrences before the range.
+    first: usize,
+    found: Box<dyn ExactSizeIterator<Item = usize> + 't>,
+}
+
+impl<'t> Walk<'t> {
+    /// The walk of a flow `(key, lane symbol, start, end)` (from `key_spans`) over `[l, r)`, if they meet.
+    fn new(lanes: &'t Tree<'_>, (key, sym, s, e): (usize, u32, usize, usize), l: usize, r: usize) -> Option<Walk<'t>> {
+        let (a, b) = (s.max(l), e.min(r));
+        (a < b).then(|| {
+            let (first, found) = lanes.ranked_positions(sym, a, b);
+            Walk { key: key as u32, sym, first, found }
+        })
+    }
+}
+
+/// Appends the packets of `walks` to `out`, ascending; with `known`, also what was learnt of each (its key, lane
+/// symbol and rank), in the same order.
+pub(crate) fn take_walks<'t>(
+    walks: impl IntoIterator<Item = Walk<'t>>,
+    out: &mut Vec<u32>,
+    mut known: Option<&mut Vec<Known>>,
+) {
+    let start = out.len();
+    let known_start = known.as_deref().map_or(0, Vec::len);
+    let mut runs = 0;
+    for Walk { key, sym, first, found } in walks {
+        let before = out.len();
+        out.extend(found.map(|i| i as u32));
+        if let Some(known) = known.as_deref_mut() {
+            // The span's packets are the symbol's occurrences from its rank at the range's start on.
+            known.extend(out[before..].iter().zip(first as u32..).map(|(&pos, rank)| Known { pos, key, sym, rank }));
+        }
+        runs += usize::from(out.len() > before);
+    }
+    if runs > 1 {
+        match known {
+            Some(known) => {
+                known[known_start..].sort_unstable_by_key(|k| k.pos);
+                for (p, k) in out[start..].iter_mut().zip(&known[known_start..]) {
+                    *p = k.pos;
+                }
+            }
+            None => out[start..].sort_unstable(),
+        }
     }
 }
 

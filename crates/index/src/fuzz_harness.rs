@@ -133,6 +133,9 @@ fn exercise(path: &Path, bytes: Vec<u8>, fx: &Fixture) {
         if let Need::Pred(p) = need {
             let _ = view.estimate(p);
         }
+        if let Ok(est) = view.estimate_select(need, 50) {
+            let _ = view.select_estimated(est, false);
+        }
         let Ok(sel) = view.select(need) else { continue };
         let _ = view.bytes_to_read(&sel);
         for (ci, positions) in &sel.chunks {
@@ -239,6 +242,63 @@ mod tests {
             many += u64::from(selected > 500);
         }
         assert!(many >= 4, "the key sets are not large enough to count by runs");
+    }
+
+    /// Estimating and selecting at once (`estimate_select`, then `select_estimated` for the chunks it left) gives
+    /// the estimate and the selection that `estimate_need` and `select` give apart, whatever the bound on the
+    /// candidates selected with the estimate, for key conditions from one key to most keys, mixed conditions and
+    /// time windows; and the packets it selects read back as the packets the index describes.
+    #[test]
+    fn estimating_while_selecting_equals_estimating_then_selecting() {
+        let fx = fixture();
+        let file = IndexFile::from_bytes(Path::new("x"), fx.index.clone()).expect("valid");
+        let view = file.view().expect("view");
+        let p = |field, lo, hi| Need::Pred(Pred::range(field, lo, hi));
+        let window = p(Field::Time, 1_700_000_000_000_500_000, 1_700_000_000_002_000_000);
+        let needs = [
+            p(Field::Ip4Src, 0x0a00_0304, 0x0a00_0304),
+            p(Field::Ip4Src, 0x0a00_0000, 0x0a00_0505),
+            p(Field::DstPort, 80, 80),
+            p(Field::IpProto, 6, 6),
+            p(Field::Ip4Src, 0xcb00_7101, 0xcb00_7101),
+            Need::Or(vec![p(Field::Ip4Src, 0x0a00_0304, 0x0a00_0304), p(Field::Ip4Dst, 0x0a00_0304, 0x0a00_0304)]),
+            Need::And(vec![
+                p(Field::DstPort, 80, 80),
+                Need::Pred(Pred { field: Field::TcpFlags, lo: 2, hi: 2, mask: 2 }),
+            ]),
+            Need::And(vec![p(Field::Ip4Src, 0x0a00_0000, 0x0a00_0505), window.clone()]),
+            window,
+        ];
+        let seeker = Seeker::new(&fx.trace_bytes, file.structure()).expect("seeker");
+        let (mut some, mut left) = (0, 0);
+        for need in &needs {
+            let estimate = view.estimate_need(need).expect("estimate");
+            let selected = view.select(need).expect("select").chunks;
+            for max in [0, 1, 7, 60, 4096, u64::MAX] {
+                let est = view.estimate_select(need, max).expect("estimate_select");
+                assert_eq!(est.estimate(), estimate, "{need}, at most {max}");
+                assert_eq!(est.need(), need);
+                some += est.chunks.iter().filter(|c| c.as_ref().is_some_and(|v| !v.is_empty())).count();
+                left += est.chunks.iter().filter(|c| c.is_none()).count();
+                for parallel in [false, true] {
+                    let sel = view.select_estimated(est.clone(), parallel).expect("select_estimated");
+                    assert_eq!(sel.chunks, selected, "{need}, at most {max}");
+                }
+            }
+            // What selecting learnt of the packets (their keys, lane symbols and ranks) is what the index says of
+            // them: each reads back as the packet it describes.
+            let est = view.estimate_select(need, u64::MAX).expect("estimate_select");
+            for (ci, positions) in view.select_estimated(est, false).expect("select").chunks {
+                let mut read = 0;
+                view.read_packets(&fx.trace_bytes, &seeker, &fx.trace, ci, &positions, &mut |_, _| {
+                    read += 1;
+                    Ok(())
+                })
+                .expect("the selected packets read back");
+                assert_eq!(read, positions.len());
+            }
+        }
+        assert!(some > 0 && left > 0, "both ways of selecting were taken ({some} chunks selected early, {left} later)");
     }
 
     /// The lane and shape sequences are checked by their own (wavelet format) checksum, not the part table's: a

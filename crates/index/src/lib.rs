@@ -63,7 +63,7 @@ pub use error::IndexError;
 pub use file::IndexFile;
 pub use format::{BLOCK, MAGIC, OLDEST_READ, PAGE, VERSION};
 pub use keys::{KEY_FIELDS, LEN_BOUNDS};
-pub use select::{IndexView, Selection};
+pub use select::{Estimated, IndexView, Selection};
 
 /// The index of `trace`: the same path with `.ptidx` appended.
 pub fn sidecar_path(trace: &Path) -> PathBuf {

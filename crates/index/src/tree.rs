@@ -70,12 +70,17 @@ impl<'a> Tree<'a> {
         }
     }
 
-    pub(crate) fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn Iterator<Item = usize> + '_> {
+    pub(crate) fn positions(&self, s: u32, l: usize, r: usize) -> Box<dyn ExactSizeIterator<Item = usize> + '_> {
         self.ranked_positions(s, l, r).1
     }
 
     /// [`positions`](Self::positions), and the occurrences of `s` before `l` (the first position's rank).
-    pub(crate) fn ranked_positions(&self, s: u32, l: usize, r: usize) -> (usize, Box<dyn Iterator<Item = usize> + '_>) {
+    pub(crate) fn ranked_positions(
+        &self,
+        s: u32,
+        l: usize,
+        r: usize,
+    ) -> (usize, Box<dyn ExactSizeIterator<Item = usize> + '_>) {
         match self {
             Tree::Huffman(t) => {
                 let p = t.positions(s, l, r);

@@ -575,6 +575,8 @@ impl<B: BitVector, W: Words> Iterator for Positions<'_, B, W> {
     }
 }
 
+impl<B: BitVector, W: Words> ExactSizeIterator for Positions<'_, B, W> {}
+
 impl<B: BitVectorCodec, W: Words> Encode for HuffmanWaveletTree<B, W> {
     fn body_words(&self) -> u64 {
         2 + self.bv.encoded_words()

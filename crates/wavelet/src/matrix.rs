@@ -216,7 +216,7 @@ impl<B: BitVector, W: Words> WaveletMatrix<B, W> {
     }
 
     /// Positions of `c` in `[l, r)`, one `select` each.
-    pub fn positions(&self, c: u32, l: usize, r: usize) -> impl Iterator<Item = usize> + '_ {
+    pub fn positions(&self, c: u32, l: usize, r: usize) -> impl ExactSizeIterator<Item = usize> + '_ {
         let r = r.min(self.n);
         let l = l.min(r);
         let (k0, k1) = (self.rank(c, l), self.rank(c, r));

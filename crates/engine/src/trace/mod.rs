@@ -3,10 +3,11 @@
 
 mod indexed;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pcaptool_index::{IndexFile, IndexView, Selection, compression_code, sidecar_path};
+use pcaptool_index::{Estimated, IndexFile, IndexView, Selection, compression_code, sidecar_path};
 use pcaptool_packet::{
     FileFormat, Interface, LinkType, Need, PacketFields, Record, Records, TraceReader, TsPrecision, precision_for,
 };
@@ -225,7 +226,9 @@ impl TraceSource {
 
     /// The planner's choice, and the engine's cost check of it.
     fn choose(&self, req: &Request, filter: &Filter, view: &IndexView<'_>) -> Result<Choice, Error> {
-        let qplan = pcaptool_query::plan::plan(filter, Some(&ViewSource(view) as &dyn IndexSource));
+        // Estimating a needle also selects it (one walk of the index for both), unless only a count is asked.
+        let index = ViewSource { view, select: !req.count_only, estimated: RefCell::new(None) };
+        let qplan = pcaptool_query::plan::plan(filter, Some(&index as &dyn IndexSource));
         // Counting an exact condition: the index decides every packet whose fields it knows; only the others are
         // read (a time window is checked on packets, so it needs them read).
         if req.count_only && qplan.exact && !req.has_window() {
@@ -259,7 +262,11 @@ impl TraceSource {
         }
         // Few candidates are selected on this thread (see `FEW`).
         let many = qplan.estimate.is_none_or(|(est, _)| est >= FEW);
-        let sel = view.select_with(&part, many).map_err(|e| index_error(view, e))?;
+        let sel = match index.estimated.take() {
+            Some(est) if est.need() == &part => view.select_estimated(est, many),
+            _ => view.select_with(&part, many),
+        }
+        .map_err(|e| index_error(view, e))?;
         // The cost check: candidates whose blocks take most of the trace cost more to read in place than a scan
         // (which decides every packet in parallel batches) costs.
         // (A compressed trace is streamed whole either way: the index then only spares the filter.)
@@ -338,22 +345,37 @@ pub(crate) fn index_error(view: &IndexView<'_>, source: pcaptool_index::IndexErr
     Error::Index { path: view.file().path().to_path_buf(), source }
 }
 
+/// Candidates an estimate selects with it, per chunk at most (see `IndexView::estimate_select`): a needle's.
+const SELECT_WITH_ESTIMATE: u64 = 4096;
+
 /// The index as the planner sees it.
-struct ViewSource<'a, 'b>(&'a IndexView<'b>);
+struct ViewSource<'a, 'b> {
+    view: &'a IndexView<'b>,
+    /// Whether estimating a condition also selects its candidates where they are few.
+    select: bool,
+    /// The last condition estimated that way.
+    estimated: RefCell<Option<Estimated>>,
+}
 
 impl IndexSource for ViewSource<'_, '_> {
     fn packets(&self) -> u64 {
-        self.0.packets()
+        self.view.packets()
     }
     fn has_field(&self, field: Field) -> bool {
-        self.0.has_field(field)
+        self.view.has_field(field)
     }
     fn estimate(&self, pred: &Pred) -> Option<u64> {
         // A damaged part gives no estimate here; selecting then reports the damage.
-        self.0.estimate(pred).ok()
+        self.view.estimate(pred).ok()
     }
     fn estimate_need(&self, need: &Need) -> Option<u64> {
-        self.0.estimate_need(need).ok()
+        if !self.select {
+            return self.view.estimate_need(need).ok();
+        }
+        let est = self.view.estimate_select(need, SELECT_WITH_ESTIMATE).ok()?;
+        let n = est.estimate();
+        *self.estimated.borrow_mut() = Some(est);
+        Some(n)
     }
 }
 
