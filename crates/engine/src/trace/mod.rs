@@ -226,8 +226,10 @@ impl TraceSource {
 
     /// The planner's choice, and the engine's cost check of it.
     fn choose(&self, req: &Request, filter: &Filter, view: &IndexView<'_>) -> Result<Choice, Error> {
-        // Estimating a needle also selects it (one walk of the index for both), unless only a count is asked.
-        let index = ViewSource { view, select: !req.count_only, estimated: RefCell::new(None) };
+        // Estimating a needle also selects it (one walk of the index for both), unless only a count is asked or a
+        // time window changes the condition selected.
+        let select = !req.count_only && !req.has_window();
+        let index = ViewSource { view, select, estimated: RefCell::new(None) };
         let qplan = pcaptool_query::plan::plan(filter, Some(&index as &dyn IndexSource));
         // Counting an exact condition: the index decides every packet whose fields it knows; only the others are
         // read (a time window is checked on packets, so it needs them read).
