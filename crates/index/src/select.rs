@@ -31,8 +31,9 @@ const SERIAL_CHUNKS: usize = 8;
 
 /// Candidates a chunk estimated on the calling thread (see [`SERIAL_CHUNKS`]) selects with its estimate at most;
 /// more are selected afterwards, in parallel: on the real-traffic trace's 4 chunks in a long-lived source, 399
-/// candidates (about 100 a chunk) took 0.166 ms selected with the estimate and 0.214 ms selected after it in
-/// parallel, 5,333 (about 1,300 a chunk) 7.2-7.4 ms and 3.9-4.0 ms.
+/// candidates (about 100 a chunk) took 0.15 ms selected with the estimate against 0.16-0.21 ms estimated, then
+/// selected in parallel; 5,333 (about 1,300 a chunk) 4.6-5.0 ms selected with the estimate against 3.3-3.5 ms
+/// selected after it in parallel.
 const SERIAL_SELECT: u64 = 256;
 
 /// The packets an index selected: per chunk, the positions in the chunk, ascending.
