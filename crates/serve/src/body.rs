@@ -14,7 +14,7 @@ use pcaptool_engine::{Cancel, Error as EngineError, Layout, Positional, Sink, Si
 use pcaptool_packet::{Interface, Record};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
-/// Pieces of an answer in flight at most: with the engine's 1 MiB write buffer, about 5 MiB a query.
+/// Pieces of an answer in flight at most: with the format writer's 128 KiB pieces, 512 KiB a query.
 pub(crate) const IN_FLIGHT: usize = 4;
 
 /// The response body of a streamed answer.
@@ -98,7 +98,7 @@ impl Write for Writer {
         }
         self.first.fire(None);
         self.tx
-            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+            .blocking_send(Ok(SPARE.copied(buf)))
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))?;
         self.sent.fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(buf.len())
@@ -106,6 +106,61 @@ impl Write for Writer {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// Buffers of pieces the response is done with, kept for the next pieces (of this answer or another): a piece
+/// copied into memory never touched before costs a page fault for each 4 KiB of it (6% of the service's CPU for a
+/// needle answer of 984 KB, docs/BENCHMARKS.md). At most [`SPARE_PIECES`] buffers of at most [`SPARE_CAPACITY`]
+/// bytes are kept, 8 MiB however many queries ran.
+#[derive(Debug)]
+struct Spare(Mutex<Vec<Vec<u8>>>);
+
+const SPARE_PIECES: usize = 32;
+const SPARE_CAPACITY: usize = 256 << 10;
+
+/// The service's spare buffers.
+static SPARE: Spare = Spare(Mutex::new(Vec::new()));
+
+impl Spare {
+    /// `buf` copied into a spare buffer (or a new one), as `Bytes` whose buffer comes back here when dropped.
+    fn copied(&'static self, buf: &[u8]) -> Bytes {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(buf);
+        Bytes::from_owner(Piece { buf: v, spare: self })
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() <= SPARE_CAPACITY {
+            let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() < SPARE_PIECES {
+                kept.push(buf);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn kept(&self) -> Vec<usize> {
+        self.0.lock().unwrap().iter().map(Vec::capacity).collect()
+    }
+}
+
+/// A piece of an answer, its buffer given back to `spare` when dropped.
+struct Piece {
+    buf: Vec<u8>,
+    spare: &'static Spare,
+}
+
+impl AsRef<[u8]> for Piece {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        self.spare.give(std::mem::take(&mut self.buf));
     }
 }
 
@@ -159,5 +214,45 @@ impl<S: Sink> Sink for ByteLimit<S> {
     fn positional(&mut self, _: &[Interface]) -> Result<Option<&mut Positional>, SinkError> {
         // Records go one by one, so that each is counted against the limit.
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_buffers_come_back_and_hold_only_the_new_piece() {
+        static S: Spare = Spare(Mutex::new(Vec::new()));
+        let a = S.copied(&[7u8; 1000]);
+        assert_eq!(&a[..], &[7u8; 1000][..]);
+        assert!(S.kept().is_empty(), "a piece in flight keeps its buffer");
+        drop(a);
+        assert_eq!(S.kept().len(), 1);
+        // The buffer is reused for a shorter piece: only the new bytes are seen.
+        let b = S.copied(b"xy");
+        assert_eq!(&b[..], b"xy");
+        assert!(S.kept().is_empty());
+        // A slice of a piece keeps the buffer until the last of them is dropped.
+        let c = b.slice(1..);
+        drop(b);
+        assert!(S.kept().is_empty());
+        assert_eq!(&c[..], b"y");
+        drop(c);
+        assert_eq!(S.kept().len(), 1);
+    }
+
+    #[test]
+    fn spare_buffers_are_bounded_in_number_and_size() {
+        static S: Spare = Spare(Mutex::new(Vec::new()));
+        let big = S.copied(&vec![1u8; SPARE_CAPACITY + 1]);
+        drop(big);
+        assert!(S.kept().is_empty(), "a buffer larger than the bound is freed");
+        let pieces: Vec<Bytes> = (0..SPARE_PIECES + 5).map(|i| S.copied(&[i as u8; 100])).collect();
+        for (i, p) in pieces.iter().enumerate() {
+            assert_eq!(&p[..], &[i as u8; 100][..]);
+        }
+        drop(pieces);
+        assert_eq!(S.kept().len(), SPARE_PIECES);
     }
 }
