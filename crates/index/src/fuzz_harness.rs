@@ -247,7 +247,8 @@ mod tests {
     /// Estimating and selecting at once (`estimate_select`, then `select_estimated` for the chunks it left) gives
     /// the estimate and the selection that `estimate_need` and `select` give apart, whatever the bound on the
     /// candidates selected with the estimate, for key conditions from one key to most keys, mixed conditions and
-    /// time windows; and the packets it selects read back as the packets the index describes.
+    /// time windows; what it learns of the packets it selects is what the index says of each looked up alone; and
+    /// they read back as the packets the index describes.
     #[test]
     fn estimating_while_selecting_equals_estimating_then_selecting() {
         let fx = fixture();
@@ -270,7 +271,7 @@ mod tests {
             window,
         ];
         let seeker = Seeker::new(&fx.trace_bytes, file.structure()).expect("seeker");
-        let (mut some, mut left) = (0, 0);
+        let (mut some, mut left, mut checked) = (0, 0, 0);
         for need in &needs {
             let estimate = view.estimate_need(need).expect("estimate");
             let selected = view.select(need).expect("select").chunks;
@@ -289,6 +290,19 @@ mod tests {
             // them: each reads back as the packet it describes.
             let est = view.estimate_select(need, u64::MAX).expect("estimate_select");
             for (ci, positions) in view.select_estimated(est, false).expect("select").chunks {
+                // Each fact kept is the index's own, looked up packet by packet: its lane symbol, the occurrences of
+                // that symbol before it, its key and its shape.
+                let c = &view.chunks()[ci];
+                let learnt = c.selected.lock().expect("lock").clone();
+                let lanes = c.lanes().expect("lanes");
+                for k in &learnt {
+                    let i = k.pos as usize;
+                    assert_eq!(lanes.access(i), k.sym, "{need}: the lane symbol of packet {i}");
+                    assert_eq!(lanes.rank(k.sym, i), k.rank as usize, "{need}: the rank of packet {i}");
+                    assert_eq!(c.key_of_packet(i, None).expect("key"), Some(k.key as usize), "{need}: packet {i}");
+                    assert_eq!(c.shape_at(i, Some(*k)).expect("shape"), c.shape_at(i, None).expect("shape"));
+                }
+                checked += learnt.len();
                 let mut read = 0;
                 view.read_packets(&fx.trace_bytes, &seeker, &fx.trace, ci, &positions, &mut |_, _| {
                     read += 1;
@@ -299,6 +313,7 @@ mod tests {
             }
         }
         assert!(some > 0 && left > 0, "both ways of selecting were taken ({some} chunks selected early, {left} later)");
+        assert!(checked > 100, "what selecting learnt was checked for {checked} packets");
     }
 
     /// The lane and shape sequences are checked by their own (wavelet format) checksum, not the part table's: a
