@@ -112,12 +112,15 @@ impl Write for Writer {
 /// Buffers of pieces the response is done with, kept for the next pieces (of this answer or another): a piece
 /// copied into memory never touched before costs a page fault for each 4 KiB of it (6% of the service's CPU for a
 /// needle answer of 984 KB, docs/BENCHMARKS.md). At most [`SPARE_PIECES`] buffers of at most [`SPARE_CAPACITY`]
-/// bytes are kept, 8 MiB however many queries ran.
+/// bytes are kept, 8 MiB however many queries ran. Each holds at least a whole piece, so that a small answer's
+/// piece never leaves a buffer that a large one would have to grow into fresh memory.
 #[derive(Debug)]
 struct Spare(Mutex<Vec<Vec<u8>>>);
 
 const SPARE_PIECES: usize = 32;
 const SPARE_CAPACITY: usize = 256 << 10;
+/// The pieces the format writer hands over (its buffer), the least a buffer is made with.
+const PIECE: usize = 128 << 10;
 
 /// The service's spare buffers.
 static SPARE: Spare = Spare(Mutex::new(Vec::new()));
@@ -125,7 +128,8 @@ static SPARE: Spare = Spare(Mutex::new(Vec::new()));
 impl Spare {
     /// `buf` copied into a spare buffer (or a new one), as `Bytes` whose buffer comes back here when dropped.
     fn copied(&'static self, buf: &[u8]) -> Bytes {
-        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+        let spare = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut v = spare.unwrap_or_else(|| Vec::with_capacity(buf.len().max(PIECE)));
         v.clear();
         v.extend_from_slice(buf);
         Bytes::from_owner(Piece { buf: v, spare: self })
@@ -240,6 +244,13 @@ mod tests {
         assert_eq!(&c[..], b"y");
         drop(c);
         assert_eq!(S.kept().len(), 1);
+    }
+
+    #[test]
+    fn a_small_piece_leaves_a_buffer_a_whole_piece_fits_in() {
+        static S: Spare = Spare(Mutex::new(Vec::new()));
+        drop(S.copied(b"small"));
+        assert!(S.kept().iter().all(|&c| c >= PIECE), "kept: {:?}", S.kept());
     }
 
     #[test]
