@@ -145,6 +145,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             s => bail!("unknown argument {s:?}"),
         }
     }
+    // Every section keeps its traces and stores here (a fresh clone has no target/bench: `--only
+    // compress-pipeline` failed there, building the real-traffic trace into a missing directory).
+    std::fs::create_dir_all(root().join("target/bench"))?;
     if matches!(only.as_deref(), None | Some("index") | Some("store")) {
         // Both sections on the generated trace, then on the trace of real traffic (when the corpus is there).
         let traces = [Some(BenchTrace::generated(packets)?), BenchTrace::real()?];
