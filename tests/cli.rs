@@ -6,20 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use pcaptool_packet::TraceReader;
-use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::tracegen::GenOptions;
 use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
+use pcaptool_tests::{generated_trace, path_arg as p, pcaptool};
 use serde_json::Value;
 
 fn testdata(name: &str) -> PathBuf {
     repo_root().join("testdata").join(name)
-}
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
 }
 
 fn info_json(path: &Path) -> (Value, Output) {
@@ -175,10 +168,7 @@ fn info_reports_every_file_and_errors_name_the_file_once() {
 }
 
 fn generated(dir: &TempDir, packets: u64) -> PathBuf {
-    let path = dir.join("gen.pcap");
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
+    generated_trace(dir, "gen.pcap", packets, GenOptions::default().seed)
 }
 
 fn timestamps(path: &Path) -> Vec<u64> {

@@ -9,30 +9,11 @@
 //! Outputs are opened with the real tcpdump (skipped with a message where it is not installed; CI has it).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use pcaptool_packet::{FileFormat, TraceReader};
-use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn err(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn generated(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
+use pcaptool_tests::{generated_trace as generated, path_arg as p, pcaptool, stderr_of as err};
 
 /// (timestamp ns, wire length, bytes) of every record.
 fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {

@@ -7,33 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, records_us, repo_root, tcpdump_records, tool};
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use pcaptool_tests::{generated_trace as gen_trace, path_arg as p, pcaptool, stderr_of as err};
 
 fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A generated trace (those of different seeds start at the same time, so their packets interleave).
-fn gen_trace(dir: &Path, name: &str, packets: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
 /// Traces whose packets interleave in time: generated ones, and real ones of the corpus when present.
 fn trace_sets(tmp: &TempDir) -> Vec<Vec<PathBuf>> {
     let gen_dir = tmp.join("gen");
@@ -155,7 +136,7 @@ fn listing_shows_the_packets_tcpdump_lists() {
         return;
     };
     let tmp = TempDir::new("everyday-list");
-    let mut traces = vec![gen_trace(&tmp.join("."), "gen.pcap", 4000, 5)];
+    let mut traces = vec![gen_trace(&tmp, "gen.pcap", 4000, 5)];
     match corpus_dir() {
         Some(c) => traces.extend(
             corpus_files(&c)
@@ -247,7 +228,7 @@ fn completions_man_pages_and_version() {
 fn shell_opens_stores() {
     use std::io::Write as _;
     let tmp = TempDir::new("everyday-shell");
-    let a = gen_trace(&tmp.join("."), "a.pcap", 3000, 3);
+    let a = gen_trace(&tmp, "a.pcap", 3000, 3);
     let store = tmp.join("store");
     assert!(pcaptool(&["import", p(&a), "--store", p(&store)]).status.success());
     let written = tmp.join("flow.pcap");
@@ -427,7 +408,7 @@ fn merge_sort_dedup_and_split_match_the_wireshark_tools() {
 #[test]
 fn split_by_flow_keeps_flows_whole() {
     let tmp = TempDir::new("everyday-split-flows");
-    let t = gen_trace(&tmp.join("."), "t.pcap", 3000, 12);
+    let t = gen_trace(&tmp, "t.pcap", 3000, 12);
     let o = pcaptool(&["split", p(&t), "--flows", "4", "-w", p(&tmp.join("f.pcap")), "--json"]);
     assert!(o.status.success(), "{}", err(&o));
     let files: Vec<String> = out(&o)
@@ -621,7 +602,7 @@ fn lan_link_types_with_llc_are_filtered_as_tcpdump_does() {
 #[test]
 fn sizes_take_the_usual_units() {
     let tmp = TempDir::new("everyday-units");
-    let t = gen_trace(&tmp.join("."), "t.pcap", 500, 13);
+    let t = gen_trace(&tmp, "t.pcap", 500, 13);
     let store = tmp.join("st");
     assert!(pcaptool(&["import", p(&t), "--store", p(&store)]).status.success());
     for size in ["100MB", "100M", "100MiB", "1G", "2 GiB", "104857600"] {

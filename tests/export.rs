@@ -14,15 +14,8 @@ use std::time::Duration;
 
 use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, tool};
+use pcaptool_tests::{path_arg as p, pcaptool};
 use serde_json::Value;
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 fn ok(out: Output, what: &str) -> String {
     assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));

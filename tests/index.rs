@@ -13,6 +13,7 @@ use pcaptool_packet::{Compression, Compressor, LinkType, PacketFields, TraceRead
 use pcaptool_query::{Filter, Target, plan};
 use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
+use pcaptool_tests::{generated_trace as gen_packets, path_arg as p, pcaptool, stderr_of as err};
 
 fn table() -> Vec<String> {
     pcaptool_tests::filter_table()
@@ -29,18 +30,6 @@ fn traces(step: usize) -> Vec<PathBuf> {
         files.extend(corpus_files(&c).iter().step_by(step).map(|f| c.join(f)));
     }
     files
-}
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn err(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// For every trace and every filter of the table: every packet the filter matches is among the packets the index
@@ -360,15 +349,6 @@ fn indexed_queries_write_what_the_scan_and_tcpdump_write() {
 
 fn gen_trace(dir: &TempDir, name: &str, seed: u64) -> PathBuf {
     gen_packets(dir, name, 5_000, seed)
-}
-
-/// A generated trace of `packets` packets from `seed`, written as `name` in `dir`.
-fn gen_packets(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let opt = GenOptions { packets, seed, ..GenOptions::default() };
-    let (bytes, _) = generate(Vec::new(), &opt).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
 }
 
 /// An index of format version 4 (testdata/index-v4-seed7.ptidx, written by the version-4 builder of commit

@@ -13,27 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn err(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn gen_trace(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
+use pcaptool_tests::{generated_trace as gen_trace, path_arg as p, pcaptool, stderr_of as err};
 
 /// The records of a pcap file, each with its header, in order.
 fn records(pcap: &[u8]) -> Vec<Vec<u8>> {

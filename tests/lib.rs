@@ -22,7 +22,7 @@ pub mod realtrace;
 pub mod tracegen;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -127,6 +127,12 @@ impl TempDir {
     }
 }
 
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -156,4 +162,28 @@ pub fn records_us(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
 pub fn tcpdump_records(tcpdump: &Path, trace: &Path, filter: &str, out: &Path) -> Option<Vec<(u64, u32, Vec<u8>)>> {
     let o = Command::new(tcpdump).arg("-r").arg(trace).arg("-w").arg(out).arg(filter).output().ok()?;
     (o.status.success() && !String::from_utf8_lossy(&o.stderr).contains("truncated")).then(|| records_us(out))
+}
+
+/// Runs the `pcaptool` binary with `args` and waits for it.
+pub fn pcaptool(args: &[&str]) -> Output {
+    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
+}
+
+/// `path` as an argument of the binary (the tests' paths are UTF-8).
+pub fn path_arg(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// What a run printed on its standard error.
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Writes a generated trace of `packets` packets from `seed` ([`tracegen`]) as `name` in `dir`; its path.
+pub fn generated_trace(dir: impl AsRef<Path>, name: &str, packets: u64, seed: u64) -> PathBuf {
+    let path = dir.as_ref().join(name);
+    let opt = tracegen::GenOptions { packets, seed, ..tracegen::GenOptions::default() };
+    let (bytes, _) = tracegen::generate(Vec::new(), &opt).expect("generate a trace");
+    std::fs::write(&path, bytes).expect("write the generated trace");
+    path
 }

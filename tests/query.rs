@@ -3,26 +3,16 @@
 //! message where they are not installed; CI has them).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use pcaptool_packet::{FileFormat, TraceReader, TsPrecision};
-use pcaptool_tests::tracegen::{GenOptions, generate};
-use pcaptool_tests::{TempDir, pcaptool_bin, repo_root, tool};
+use pcaptool_tests::tracegen::GenOptions;
+use pcaptool_tests::{TempDir, repo_root, tool};
+use pcaptool_tests::{generated_trace, path_arg as p, pcaptool, stderr_of as err};
 use serde_json::Value;
 
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
 fn generated(dir: &TempDir, packets: u64) -> PathBuf {
-    let path = dir.join("gen.pcap");
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
+    generated_trace(dir, "gen.pcap", packets, GenOptions::default().seed)
 }
 
 /// (timestamp in µs, wire length, bytes) of every record: what tcpdump -w keeps (it writes microseconds).
@@ -39,10 +29,6 @@ fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
         v.push((rec.ts_ns, rec.wirelen, rec.data.to_vec()));
     }
     v
-}
-
-fn err(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 const FILTERS: &[&str] = &[

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pcaptool_packet::{FileFormat, TraceReader};
-use pcaptool_tests::tracegen::{GenOptions, generate};
+use pcaptool_tests::generated_trace;
+use pcaptool_tests::tracegen::GenOptions;
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, tool};
 
 /// (ts_ns, wirelen, data) of every record, and the damage that ended reading, if any.
@@ -76,10 +77,7 @@ fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output 
 }
 
 fn generated(dir: &TempDir, packets: u64) -> PathBuf {
-    let p = dir.join("gen.pcap");
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, ..GenOptions::default() }).unwrap();
-    std::fs::write(&p, bytes).unwrap();
-    p
+    generated_trace(dir, "gen.pcap", packets, GenOptions::default().seed)
 }
 
 #[test]

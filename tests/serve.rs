@@ -10,12 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pcaptool_tests::http::{Response, once, request_bytes};
-use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, filter_table, pcaptool_bin, repo_root};
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
+use pcaptool_tests::{generated_trace as generated, path_arg as p};
 
 /// A running `pcaptool serve`, killed when dropped; its log lines (JSON, standard error) collected.
 struct Server {
@@ -115,13 +111,6 @@ fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], bo
 
 fn query_body(filter: &str, source: &str) -> Vec<u8> {
     serde_json::json!({ "filter": filter, "source": source }).to_string().into_bytes()
-}
-
-fn generated(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
 }
 
 fn pcaptool(args: &[&str]) -> std::process::Output {

@@ -4,24 +4,12 @@
 //! the trace); interrupted and killed imports leave a store that answers exactly for what it holds.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pcaptool_packet::TraceReader;
-use pcaptool_tests::tracegen::{GenOptions, generate};
 use pcaptool_tests::{TempDir, corpus_dir, corpus_files, pcaptool_bin, repo_root, tool};
-
-fn pcaptool(args: &[&str]) -> Output {
-    Command::new(pcaptool_bin()).args(args).output().expect("run pcaptool")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn err(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use pcaptool_tests::{generated_trace as gen_trace, path_arg as p, pcaptool, stderr_of as err};
 
 fn table() -> Vec<String> {
     pcaptool_tests::filter_table()
@@ -29,13 +17,6 @@ fn table() -> Vec<String> {
 
 fn records(path: &Path) -> Vec<(u64, u32, Vec<u8>)> {
     pcaptool_tests::records_us(path)
-}
-
-fn gen_trace(dir: &TempDir, name: &str, packets: u64, seed: u64) -> PathBuf {
-    let path = dir.join(name);
-    let (bytes, _) = generate(Vec::new(), &GenOptions { packets, seed, ..GenOptions::default() }).unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    path
 }
 
 /// Store query == scan (same packets in the same order; byte for byte for pcap traces) == tcpdump's packets, for
