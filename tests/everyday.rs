@@ -14,8 +14,8 @@ fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A generated trace (those of different seeds start at the same time, so their packets interleave).
-/// Traces whose packets interleave in time: generated ones, and real ones of the corpus when present.
+/// Traces whose packets interleave in time: generated ones (those of different seeds start at the same time), and
+/// real ones of the corpus when present.
 fn trace_sets(tmp: &TempDir) -> Vec<Vec<PathBuf>> {
     let gen_dir = tmp.join("gen");
     std::fs::create_dir_all(&gen_dir).unwrap();
