@@ -154,7 +154,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                     it.next()
                         .context(
                             "--only needs walk, commands, query, index, store, compress, export, serve, capture, \
-                             pipeline or compress-pipeline",
+                             pipeline, compress-pipeline or compress-long",
                         )?
                         .clone(),
                 )
@@ -226,6 +226,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             &root().join("target/bench"),
             real.as_ref().map(|t| t.path.as_path()),
         );
+    }
+    if only.as_deref() == Some("compress-long") {
+        let real = BenchTrace::real()?.context("the long capture needs the real-traffic trace (../shared/corpus)")?;
+        return crate::capbench::long_capture(&root().join("target/bench"), &real.path);
     }
     if only.as_deref() == Some("capture") || only.is_none() {
         crate::capbench::capture_section()?;

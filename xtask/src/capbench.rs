@@ -208,7 +208,7 @@ impl Frames {
 /// close that no filling does: a capture waits for that one only when it stops, and it is heavier with
 /// compression: an eighth of a pass here).
 pub(crate) fn compressed_pipeline(dir: &Path, real: Option<&Path>) -> anyhow::Result<()> {
-    let every = 500_000usize;
+    let every = SEGMENT_EVERY;
     let generated = Frames::generated(4_000_000, 20_000);
     pipeline_rows(dir, "4M 64-byte frames, 20,000 flows", &generated, every)?;
     drop(generated);
@@ -220,6 +220,16 @@ pub(crate) fn compressed_pipeline(dir: &Path, real: Option<&Path>) -> anyhow::Re
     }
     Ok(())
 }
+
+/// The long capture of [`compressed_pipeline`] alone (`--only compress-long`): the LZ4 goal's measure.
+pub(crate) fn long_capture(dir: &Path, real: &Path) -> anyhow::Result<()> {
+    let frames = Frames::from_trace(real, 2_000_000)?;
+    let what = format!("the first {} packets of {}, at their own times", frames.len(), real.display());
+    continuous_rows(dir, &what, &frames, SEGMENT_EVERY)
+}
+
+/// Packets a segment of the compressed pipelines holds.
+const SEGMENT_EVERY: usize = 500_000;
 
 /// [`compressed_pipeline`]'s table for one set of frames.
 fn pipeline_rows(dir: &Path, what: &str, frames: &Frames, every: usize) -> anyhow::Result<()> {

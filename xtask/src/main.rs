@@ -26,10 +26,12 @@ commands:
   fuzz-seeds [DIR]
                   seed corpora for the fuzz targets from testdata/ and small files of ../shared/corpus
   bench [--size BYTES[K|M|G]] [--packets N]
-        [--only walk|commands|query|index|store|compress|export|serve|capture|pipeline|compress-pipeline]
+        [--only walk|commands|query|index|store|compress|export|serve|capture|pipeline|compress-pipeline
+                |compress-long]
                   side-by-side benchmark of pcaptool and tcpdump on a generated trace and the real-traffic
                   trace (compress-pipeline: the capture pipeline into plain, LZ4 and Zstandard stores alone,
-                  fed generated 64-byte frames and the real-traffic trace's first 2,000,000 packets)
+                  fed generated 64-byte frames and the real-traffic trace's first 2,000,000 packets;
+                  compress-long: only its long capture, plain against LZ4)
   real-trace [OUT] [--copies N] [--seed S]
                   the benchmark trace of real traffic: the corpus's Ethernet captures merged by time and
                   repeated with checksum-neutral address rewrites (needs ../shared/corpus)
