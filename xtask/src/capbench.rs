@@ -213,8 +213,7 @@ pub(crate) fn compressed_pipeline(dir: &Path, real: Option<&Path>) -> anyhow::Re
     pipeline_rows(dir, "4M 64-byte frames, 20,000 flows", &generated, every)?;
     drop(generated);
     if let Some(path) = real {
-        let frames = Frames::from_trace(path, 2_000_000)?;
-        let what = format!("the first {} packets of {}, at their own times", frames.len(), path.display());
+        let (frames, what) = real_frames(path)?;
         pipeline_rows(dir, &what, &frames, every)?;
         continuous_rows(dir, &what, &frames, every)?;
     }
@@ -223,9 +222,15 @@ pub(crate) fn compressed_pipeline(dir: &Path, real: Option<&Path>) -> anyhow::Re
 
 /// The long capture of [`compressed_pipeline`] alone (`--only compress-long`): the LZ4 goal's measure.
 pub(crate) fn long_capture(dir: &Path, real: &Path) -> anyhow::Result<()> {
-    let frames = Frames::from_trace(real, 2_000_000)?;
-    let what = format!("the first {} packets of {}, at their own times", frames.len(), real.display());
+    let (frames, what) = real_frames(real)?;
     continuous_rows(dir, &what, &frames, SEGMENT_EVERY)
+}
+
+/// The compressed pipelines' real frames: the first 2,000,000 packets of the real-traffic trace, and what they are.
+fn real_frames(path: &Path) -> anyhow::Result<(Frames, String)> {
+    let frames = Frames::from_trace(path, 2_000_000)?;
+    let what = format!("the first {} packets of {}, at their own times", frames.len(), path.display());
+    Ok((frames, what))
 }
 
 /// Packets a segment of the compressed pipelines holds.
