@@ -356,6 +356,9 @@ impl std::fmt::Display for Summary {
 #[derive(Debug, Default)]
 pub struct Control {
     stop: Arc<AtomicBool>,
+    /// Set when the capture stops without taking what is left in the rings: the packet limit was reached or
+    /// the sink failed.
+    at_once: AtomicBool,
     max_packets: AtomicU64,
     max_nanos: AtomicU64,
 }
@@ -366,10 +369,22 @@ impl Control {
         Control { stop: flag, ..Control::default() }
     }
 
-    /// Asks the capture to stop: capture threads finish the block in hand, the sink gets what was captured,
-    /// then is flushed.
+    /// Asks the capture to stop: capture threads take what the kernel has already put in their rings (waiting
+    /// up to twice the ring's 100 ms retire timeout for the block being filled), the sink gets what was
+    /// captured, then is flushed.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops without taking what is left in the rings (the packet limit is reached, or the sink failed).
+    fn stop_at_once(&self) {
+        self.at_once.store(true, Ordering::SeqCst);
+        self.stop();
+    }
+
+    /// Whether a stopped capture takes what is left in its rings.
+    fn drains(&self) -> bool {
+        !self.at_once.load(Ordering::SeqCst)
     }
 
     /// Whether a stop was asked.
@@ -476,6 +491,8 @@ fn no_xdp() -> CaptureError {
 
 /// Bytes of an AF_PACKET ring block; a batch to the writer holds a block's packets.
 const BLOCK_SIZE: u32 = 1 << 20;
+/// Milliseconds after which the kernel hands over a ring block that is not full.
+const RETIRE_MS: u32 = 100;
 
 /// Sockets opened (each with its interface's index in the configuration) and the backend's name.
 type Opened = (Vec<(usize, Source)>, String);
@@ -488,7 +505,7 @@ fn open_packet(config: &CaptureConfig, ifaces: &[Interface]) -> Result<Vec<(usiz
         let index = sys::if_index(&i.name).ok_or_else(|| CaptureError::NoInterface(i.name.clone()))?;
         for _ in 0..config.queues.max(1) {
             let fanout = (config.queues > 1).then_some((std::process::id() as u16) ^ (k as u16).wrapping_mul(7919));
-            let params = sys::RingParams { block_size: BLOCK_SIZE, block_nr, retire_ms: 100, fanout };
+            let params = sys::RingParams { block_size: BLOCK_SIZE, block_nr, retire_ms: RETIRE_MS, fanout };
             let s = sys::PacketSocket::open(index, params).map_err(|e| match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => CaptureError::Privileges(i.name.clone()),
                 _ => CaptureError::Io { what: "opening a packet socket", name: i.name.clone(), source: e },
@@ -634,7 +651,7 @@ pub fn run(
         });
         failure = w.failure;
         if failure.is_some() {
-            control.stop();
+            control.stop_at_once();
         }
         let mut first_err = None;
         for h in handles {
@@ -742,6 +759,17 @@ impl Taker<'_> {
         self.batch.as_ref().is_none_or(|b| b.pkts.len() >= 8192 || b.data.len() >= 960 << 10)
     }
 
+    /// A batch from the pool (kept across idle rounds), if it has none; none free means the next packets are
+    /// dropped.
+    fn refill(&mut self, pool: &Pool, sock: u32) {
+        if self.batch.is_none() {
+            self.batch = pool.take();
+            if let Some(b) = self.batch.as_mut() {
+                b.sock = sock;
+            }
+        }
+    }
+
     fn take(&mut self, p: ring::RingPacket<'_>) {
         if self.skip_outgoing && p.outgoing {
             return;
@@ -803,13 +831,7 @@ fn capture_loop(
             fetch_stats(&mut src)?;
             last_stats = Instant::now();
         }
-        // A batch from the pool (kept across idle rounds); none free means this round's packets are dropped.
-        if t.batch.is_none() {
-            t.batch = pool.take();
-            if let Some(b) = t.batch.as_mut() {
-                b.sock = sock_id;
-            }
-        }
+        t.refill(pool, sock_id);
         let bad = match &mut src {
             Source::Packet(sock, next) => {
                 let Some(block) = sock.block(*next) else {
@@ -853,12 +875,71 @@ fn capture_loop(
         };
         c.malformed.fetch_add(u64::from(bad), Ordering::Relaxed);
         if !ship(&mut t, c, full_tx) {
-            break;
+            return fetch_stats(&mut src);
         }
+    }
+    if control.drains() {
+        drain(&mut src, &mut t, c, full_tx, pool, sock_id).map_err(|e| io("taking the packets left at the stop", e))?;
     }
     // Stopped with a batch in hand (AF_XDP keeps one for up to 20 ms): it goes to the writer too.
     ship(&mut t, c, full_tx);
     fetch_stats(&mut src)
+}
+
+/// After a stop (a signal, the time limit): the packets the kernel has already put in the ring are taken too,
+/// not left there. A TPACKET_V3 ring hands over the block being filled at most `RETIRE_MS` after it opened, so
+/// the drain waits up to twice that for it; it reads at most one turn of the ring, so a busy link cannot hold
+/// the stop. Packets that arrive in that time are taken as well.
+fn drain(
+    src: &mut Source,
+    t: &mut Taker<'_>,
+    c: &Counters,
+    full_tx: &Sender<Batch>,
+    pool: &Pool,
+    sock_id: u32,
+) -> std::io::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(2 * u64::from(RETIRE_MS));
+    match src {
+        Source::Packet(sock, next) => {
+            let mut left = sock.blocks();
+            while left > 0 {
+                t.refill(pool, sock_id);
+                let Some(block) = sock.block(*next) else {
+                    let ms = deadline.saturating_duration_since(Instant::now()).as_millis();
+                    if ms == 0 || !sock.wait(ms as i32)? {
+                        break;
+                    }
+                    continue;
+                };
+                let (_, bad) = ring::packets(block, |p| t.take(p));
+                sock.release(*next);
+                *next = (*next + 1) % sock.blocks();
+                left -= 1;
+                c.malformed.fetch_add(u64::from(bad), Ordering::Relaxed);
+                if !ship(t, c, full_tx) {
+                    break;
+                }
+            }
+        }
+        #[cfg(feature = "xdp")]
+        Source::Xdp(x) => {
+            // The receive ring holds what arrived; nothing waits to be handed over as a block does.
+            let mut left = x.frames();
+            while left > 0 {
+                t.refill(pool, sock_id);
+                let ts_ns = now_ns();
+                let n = x.recv(0, &mut |data| {
+                    let wirelen = data.len() as u32;
+                    t.take(ring::RingPacket { ts_ns, wirelen, data, vlan: None, outgoing: false });
+                })?;
+                if n == 0 || !ship(t, c, full_tx) {
+                    break;
+                }
+                left = left.saturating_sub(n);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The sink's side of a capture: hands packets to the sink, counts them, applies the limits.
@@ -914,13 +995,13 @@ impl Writer<'_> {
         self.taken += taken as u64;
         if let Err(e) = r {
             self.failure = Some(e);
-            self.control.stop();
+            self.control.stop_at_once();
         }
         for q in &pkts[taken..] {
             self.counters[q.iface as usize].unwritten.fetch_add(1, Ordering::Relaxed);
         }
         if max > 0 && self.taken >= max {
-            self.control.stop();
+            self.control.stop_at_once();
         }
     }
 
@@ -944,7 +1025,7 @@ impl Writer<'_> {
 }
 
 /// How long after a packet arrives its block reaches the writer at the latest: the ring hands a block over
-/// within its 100 ms retire timeout, and the capture thread forwards it at once. A socket that has sent nothing
+/// within its `RETIRE_MS` (100 ms) retire timeout, and the capture thread forwards it at once. A socket that has sent nothing
 /// newer may still send packets up to this far in the past.
 const DELIVERY_LAG: Duration = Duration::from_millis(400);
 
@@ -1017,7 +1098,7 @@ fn write_loop(
         if w.failure.is_none() && last_flush.elapsed() >= flush_every {
             if let Err(e) = w.sink.flush_soon() {
                 w.failure = Some(e);
-                w.control.stop();
+                w.control.stop_at_once();
             }
             last_flush = Instant::now();
         }

@@ -38,6 +38,8 @@ pub(crate) struct XdpSocket {
     spare: Vec<FrameDesc>,
     /// The kernel's drop and ring-full counters at the last `stats`.
     last: (u64, u64),
+    /// Frames the receive ring holds.
+    rx_frames: usize,
     pub(crate) mode: Mode,
 }
 
@@ -93,13 +95,27 @@ impl XdpSocket {
                         return Err(err("filling the fill ring", format!("{n} of {} frames", descs.len())));
                     }
                     let descs = vec![FrameDesc::default(); BATCH];
-                    return Ok(XdpSocket { umem, rx, fq, descs, spare, last: (0, 0), mode });
+                    return Ok(XdpSocket {
+                        umem,
+                        rx,
+                        fq,
+                        descs,
+                        spare,
+                        last: (0, 0),
+                        rx_frames: ring_n as usize,
+                        mode,
+                    });
                 }
                 Ok(_) => last_err = Some(err("creating the XDP socket", "no fill ring")),
                 Err(e) => last_err = Some(err("creating the XDP socket", e)),
             }
         }
         Err(last_err.unwrap_or_else(|| err("creating the XDP socket", "no mode worked")))
+    }
+
+    /// How many packets the receive ring holds at most.
+    pub(crate) fn frames(&self) -> usize {
+        self.rx_frames
     }
 
     /// Waits up to `timeout_ms` for packets and calls `f` with each (its bytes); returns how many.
