@@ -770,6 +770,27 @@ impl Taker<'_> {
         }
     }
 
+    /// Takes the packets of the ring's block `next`, if the kernel has handed it over, gives the block back and
+    /// moves `next` on; returns how many of its packets were malformed.
+    fn take_block(&mut self, sock: &mut sys::PacketSocket, next: &mut usize) -> Option<u32> {
+        let block = sock.block(*next)?;
+        let (_, bad) = ring::packets(block, |p| self.take(p));
+        sock.release(*next);
+        *next = (*next + 1) % sock.blocks();
+        Some(bad)
+    }
+
+    /// Takes what the AF_XDP receive ring holds, waiting up to `timeout_ms` for something; returns how many.
+    /// AF_XDP has no receive timestamp: one taken in user space serves the whole read.
+    #[cfg(feature = "xdp")]
+    fn take_xdp(&mut self, x: &mut xdp::XdpSocket, timeout_ms: i32) -> std::io::Result<usize> {
+        let ts_ns = now_ns();
+        x.recv(timeout_ms, &mut |data| {
+            let wirelen = data.len() as u32;
+            self.take(ring::RingPacket { ts_ns, wirelen, data, vlan: None, outgoing: false });
+        })
+    }
+
     fn take(&mut self, p: ring::RingPacket<'_>) {
         if self.skip_outgoing && p.outgoing {
             return;
@@ -834,29 +855,19 @@ fn capture_loop(
         t.refill(pool, sock_id);
         let bad = match &mut src {
             Source::Packet(sock, next) => {
-                let Some(block) = sock.block(*next) else {
+                let Some(bad) = t.take_block(sock, next) else {
                     sock.wait(100).map_err(|e| io("waiting for packets", e))?;
                     continue;
                 };
-                let (_, bad) = ring::packets(block, |p| t.take(p));
-                sock.release(*next);
-                *next = (*next + 1) % sock.blocks();
                 bad
             }
             #[cfg(feature = "xdp")]
             Source::Xdp(x) => {
-                // AF_XDP has no receive timestamp: one taken in user space per batch taken from the ring. Batches
-                // from the ring are small (at most 256 packets): several go into one batch to the writer, while
-                // packets keep coming and it has room.
+                // Batches from the ring are small (at most 256 packets): several go into one batch to the writer,
+                // while packets keep coming and it has room.
                 let mut timeout = if t.batch.as_ref().is_some_and(|b| !b.pkts.is_empty()) { 5 } else { 100 };
                 loop {
-                    let ts_ns = now_ns();
-                    let n = x
-                        .recv(timeout, &mut |data| {
-                            let wirelen = data.len() as u32;
-                            t.take(ring::RingPacket { ts_ns, wirelen, data, vlan: None, outgoing: false });
-                        })
-                        .map_err(|e| io("receiving packets", e))?;
+                    let n = t.take_xdp(x, timeout).map_err(|e| io("receiving packets", e))?;
                     if n > 0 && t.since.is_none() {
                         t.since = Some(Instant::now());
                     }
@@ -904,16 +915,13 @@ fn drain(
             let mut left = sock.blocks();
             while left > 0 {
                 t.refill(pool, sock_id);
-                let Some(block) = sock.block(*next) else {
+                let Some(bad) = t.take_block(sock, next) else {
                     let ms = deadline.saturating_duration_since(Instant::now()).as_millis();
                     if ms == 0 || !sock.wait(ms as i32)? {
                         break;
                     }
                     continue;
                 };
-                let (_, bad) = ring::packets(block, |p| t.take(p));
-                sock.release(*next);
-                *next = (*next + 1) % sock.blocks();
                 left -= 1;
                 c.malformed.fetch_add(u64::from(bad), Ordering::Relaxed);
                 if !ship(t, c, full_tx) {
@@ -927,11 +935,7 @@ fn drain(
             let mut left = x.frames();
             while left > 0 {
                 t.refill(pool, sock_id);
-                let ts_ns = now_ns();
-                let n = x.recv(0, &mut |data| {
-                    let wirelen = data.len() as u32;
-                    t.take(ring::RingPacket { ts_ns, wirelen, data, vlan: None, outgoing: false });
-                })?;
+                let n = t.take_xdp(x, 0)?;
                 if n == 0 || !ship(t, c, full_tx) {
                     break;
                 }
@@ -1025,8 +1029,8 @@ impl Writer<'_> {
 }
 
 /// How long after a packet arrives its block reaches the writer at the latest: the ring hands a block over
-/// within its `RETIRE_MS` (100 ms) retire timeout, and the capture thread forwards it at once. A socket that has sent nothing
-/// newer may still send packets up to this far in the past.
+/// within its `RETIRE_MS` (100 ms) retire timeout, and the capture thread forwards it at once. A socket that has
+/// sent nothing newer may still send packets up to this far in the past.
 const DELIVERY_LAG: Duration = Duration::from_millis(400);
 
 fn now_ns() -> u64 {
