@@ -146,6 +146,16 @@ fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
+/// Sends the capture SIGINT and waits for it to end: its exit status and what it printed on standard error.
+fn interrupt(child: &mut Child, lines: &mpsc::Receiver<String>) -> (std::process::ExitStatus, Vec<String>) {
+    let o = run(Command::new("kill").args(["-INT", &child.id().to_string()]));
+    assert!(o.status.success());
+    let status = wait(child, Duration::from_secs(30));
+    // (The reader thread may still be passing on the last lines.)
+    std::thread::sleep(Duration::from_millis(200));
+    (status, lines.try_iter().collect())
+}
+
 /// The store's packets (bytes and wire length), in order.
 fn stored(store: &Path, tmp: &TempDir) -> Vec<(u32, Vec<u8>)> {
     let out = tmp.join("stored.pcap");
@@ -239,12 +249,8 @@ fn queries_during_capture_and_sigint() {
         panic!("capture still running: it ended ({status}) saying {said:?}");
     }
     assert_eq!(count, sent.len(), "a query during capture sees every flushed packet");
-    let o = run(Command::new("kill").args(["-INT", &child.id().to_string()]));
-    assert!(o.status.success());
-    let status = wait(&mut child, Duration::from_secs(30));
+    let (status, all) = interrupt(&mut child, &lines);
     assert!(status.success(), "SIGINT ends the capture cleanly");
-    std::thread::sleep(Duration::from_millis(200));
-    let all: Vec<String> = lines.try_iter().collect();
     let summary = all.iter().find(|l| l.contains("packets received")).expect("a summary line");
     assert!(summary.contains(&format!("{} written", sent.len())), "{summary}");
     let got = stored(&store, &tmp);
@@ -261,11 +267,7 @@ fn sigint_right_after_the_last_packet_keeps_it() {
     let store = tmp.join("store");
     let (mut child, lines) = start_capture(&pair, &pair.b, &pair.vb, &store, &[]);
     replay(&pair, &trace, 6000);
-    let o = run(Command::new("kill").args(["-INT", &child.id().to_string()]));
-    assert!(o.status.success());
-    let status = wait(&mut child, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(200));
-    let said: Vec<String> = lines.try_iter().collect();
+    let (status, said) = interrupt(&mut child, &lines);
     assert!(status.success(), "SIGINT ends the capture cleanly: {said:?}");
     let summary = said.iter().find(|l| l.contains("packets received")).expect("a summary line");
     assert!(summary.contains(" 0 dropped by the kernel"), "{summary}");
@@ -638,11 +640,7 @@ fn capture_exports_segments_as_they_close() {
         panic!("capture ended ({status}) before this test stopped it, saying {said:?}");
     }
     assert!(manifest.exists(), "no segment exported while capturing");
-    let o = run(Command::new("kill").args(["-INT", &child.id().to_string()]));
-    assert!(o.status.success());
-    let status = wait(&mut child, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(200));
-    let said: Vec<String> = lines.try_iter().collect();
+    let (status, said) = interrupt(&mut child, &lines);
     assert!(status.success(), "SIGINT ends the capture and its export cleanly: {said:?}");
     assert!(said.iter().any(|l| l.contains("exported to")), "{said:?}");
     // Every segment is exported, flows and packets, under the store directory's name.
