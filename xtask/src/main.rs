@@ -41,6 +41,11 @@ commands:
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo xtask help`, or `--help` / `-h` anywhere (`cargo xtask bench --help`): the usage, and nothing run.
+    if args.first().is_some_and(|a| a == "help") || args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     match args.first().map(String::as_str) {
         Some("gen") => gen_cmd(&args[1..]),
         Some("demo") => demo(),
