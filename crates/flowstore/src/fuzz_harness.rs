@@ -49,6 +49,12 @@ fn compressed_fixture(zstd: bool, dedup: bool) -> &'static Fixture {
         .get_or_init(|| make_fixture(if zstd { Codec::Zstd { level: 3 } } else { Codec::Lz4 }, dedup))
 }
 
+/// The store of a compressed fixture (see [`compressed_fixture`]), for the readers' own tests.
+#[cfg(test)]
+pub(crate) fn compressed_store(zstd: bool, dedup: bool) -> PathBuf {
+    compressed_fixture(zstd, dedup).dir.join("store")
+}
+
 fn make_fixture(codec: Codec, dedup: bool) -> Fixture {
     {
         let dir = scratch().join(format!("{codec}-{dedup}"));
