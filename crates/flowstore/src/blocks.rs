@@ -377,10 +377,11 @@ fn zstd_decompress(stored: &[u8], out: &mut Vec<u8>, n: usize) -> Result<(), Str
 const LZ4_HEADER: [u8; 7] = [0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73];
 /// liblz4's acceleration (`LZ4_compress_fast`): 1 is LZ4's default, each step trades a little size for speed.
 /// On the real-traffic bench trace (64 KiB blocks): a store of 0.529 of the trace at 1 (lz4_flex, which has no
-/// acceleration, 0.532), 0.548 at 4, 0.570 at 8, 0.596 at 16 (the goal is 0.6). Once the ingest got faster, the
-/// close (compressing) became the slower side of an import on two processors: 7 quiet imports each, median
-/// against a plain import's, 86% at 4 and 90% at 8 (docs/BENCHMARKS.md).
-const LZ4_ACCELERATION: i32 = 8;
+/// acceleration, 0.532), 0.548 at 4, 0.570 at 8, 0.584 at 12, 0.596 at 16 (the goal is 0.6). Once the ingest got
+/// faster, the close (compressing) became the slower side of an import and of a capture on two processors: a
+/// long capture of real traffic at 97-98% of a plain one's rate at 8, 102-106% at 12 (`cargo xtask bench --only
+/// compress-long`, docs/BENCHMARKS.md).
+const LZ4_ACCELERATION: i32 = 12;
 /// The end mark of an LZ4 frame.
 const LZ4_END: [u8; 4] = [0; 4];
 /// An LZ4 frame's block size word: this bit set says the block is stored uncompressed.
