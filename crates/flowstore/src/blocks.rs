@@ -269,6 +269,8 @@ impl BlockMap {
     /// Checks block `b`'s stored bytes `stored` and decompresses them onto `out`, checking what comes out; the
     /// errors name the data file `path`, the block and its bytes.
     pub(crate) fn decompress(&self, path: &Path, b: usize, stored: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
+        #[cfg(test)]
+        DECOMPRESSED.set(DECOMPRESSED.get() + 1);
         let e = self.entries[b];
         let at = self.stored_at[b];
         let bad = |why: String| StoreError::Corrupt {
@@ -302,6 +304,12 @@ impl BlockMap {
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Blocks this thread decompressed (for the readers' tests).
+    pub(crate) static DECOMPRESSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A Zstandard compression context, made when first needed and kept for the next block.

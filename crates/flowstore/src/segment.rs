@@ -60,13 +60,17 @@ pub struct Segment {
     /// stage is kept within, and the second stage once read.
     keep: Option<Arc<Keep>>,
     kept: OnceLock<Arc<Stage2>>,
-    /// In a long-lived store: the plain data file's mapping, made once (each answer would otherwise map it again
-    /// and fault in the pages it reads).
+    /// The data file's mapping, made once, in a long-lived store (each answer would otherwise map it again and
+    /// fault in the pages it reads) and for compressed data (read block by block, flow after flow).
     kept_map: OnceLock<Arc<MappedFile>>,
+    /// This process's name for this segment, never another's (its files never change while it is open): what
+    /// a thread's scratch block is known by.
+    uid: u64,
 }
 
-/// The last few blocks a segment decompressed, so that reading its flows one after another (an export, a flow
-/// list's packets) or an elision's source decompresses each block once, not once per flow.
+/// The last few blocks a segment decompressed whole, so that reading its flows one after another (an export, a
+/// flow list's packets) or an elision's source decompresses each block once, not once per flow. (A block a read
+/// wants little of is not kept here but in the thread's scratch block, which the next read takes from.)
 #[derive(Debug, Default)]
 struct RecentBlocks {
     blocks: std::collections::VecDeque<(usize, Recent)>,
@@ -76,8 +80,20 @@ thread_local! {
     /// Where `Segment::read_stream` decompresses a block of which a read wants little, kept for this thread's
     /// next: memory already faulted in, where a new buffer would fault in its pages again for each block (a
     /// needle reads a few blocks of each of many segments).
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::RefCell<Scratch> =
+        const { std::cell::RefCell::new(Scratch { holds: None, bytes: Vec::new() }) };
 }
+
+/// A thread's scratch block: the bytes of the block it holds, named by its segment's [`Segment::uid`] and its
+/// number, so that small flows read one after another (an export's packets) decompress their block once.
+#[derive(Default)]
+struct Scratch {
+    holds: Option<(u64, usize)>,
+    bytes: Vec<u8>,
+}
+
+/// The next [`Segment::uid`].
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A block kept: its bytes copied, or where they lie in a window a read returned (shared, not copied: a needle's
 /// blocks would otherwise be copied once more each, into memory never touched before).
@@ -199,6 +215,7 @@ impl Segment {
             keep: None,
             kept: OnceLock::new(),
             kept_map: OnceLock::new(),
+            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -482,13 +499,15 @@ impl Segment {
     }
 
     /// Reads and decompresses the blocks that hold the stored data `ranges`, checking each block before and after
-    /// it is decompressed, from the mapped data file (consecutive blocks one sequential pass, and no buffer to
-    /// fault in and fill before decompressing: a flow read in a new process spent a tenth of its time so). A block of which the ranges want little (a needle's
-    /// packet or two) is decompressed into this thread's scratch buffer and only the wanted bytes are kept: a
-    /// needle meets a few blocks of each of many segments, and holding them whole faulted in fresh memory for
-    /// each (on the real-traffic bench trace's Zstandard store, `host 224.0.0.25` decompresses 22 blocks of 256
-    /// KiB for 30 KB of packets: 1.45-1.62 times the plain store's time so, 1.15-1.21 times with the scratch
-    /// buffers). Such blocks are not kept for a neighbouring read either.
+    /// it is decompressed. The stored bytes come from the mapped data file: consecutive blocks are one sequential
+    /// pass, and no buffer is faulted in and zeroed before a `pread` fills it (a `--flow` read of 969 packets of
+    /// the real-traffic bench trace's LZ4 store in a new process: 1,437 page faults so, 1,264 from the mapping). A
+    /// block of which the ranges want less than half (a needle's packet or two) is decompressed into this
+    /// thread's scratch buffer and only the wanted bytes are kept: a needle meets a few blocks of each of many
+    /// segments, and holding them whole faulted in fresh memory for each (on that trace's Zstandard store, `host
+    /// 224.0.0.25` decompresses 22 blocks of 256 KiB for 30 KB of packets: 1.45-1.62 times the plain store's time
+    /// so, 1.15-1.21 times through the scratch buffer). The scratch block stays for the thread's next read, which
+    /// takes it if it wants the same block (the next small flow).
     fn read_stream(&self, map: &BlockMap, ranges: &[Range<u64>]) -> Result<RawWindow, StoreError> {
         let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
         for r in ranges {
@@ -559,8 +578,10 @@ impl Segment {
         };
         // The blocks to keep for a neighbouring read, and where they are in `buf`.
         let mut keep: Vec<(usize, Range<usize>)> = Vec::new();
-        // The stored bytes are read from the mapped file: no buffer to fault in and fill first.
-        let data = self.map_data()?;
+        // The stored bytes are read from the mapped file (kept: an export reads each flow of a segment in turn,
+        // and mapping and unmapping the file for each stopped every other thread of the process each time), its
+        // length checked by `read_raw`.
+        let data = self.mapping()?;
         let mut scratch = SCRATCH.take();
         let mut cache = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         for (k, ps, whole, edge) in plan {
@@ -577,9 +598,13 @@ impl Segment {
                 why: format!("block {k} (bytes {}..{}) lies past the file's end", sr.start, sr.end),
             })?;
             if !whole {
-                scratch.clear();
-                map.decompress(&self.data, k, frame, &mut scratch)?;
-                take(k, &ps, &scratch, &mut buf, &mut pieces);
+                if scratch.holds != Some((self.uid, k)) {
+                    scratch.holds = None;
+                    scratch.bytes.clear();
+                    map.decompress(&self.data, k, frame, &mut scratch.bytes)?;
+                    scratch.holds = Some((self.uid, k));
+                }
+                take(k, &ps, &scratch.bytes, &mut buf, &mut pieces);
                 continue;
             }
             let from = buf.len();
@@ -715,16 +740,21 @@ impl Segment {
         Ok(((e.data_offset - from) as usize, (end - from) as usize))
     }
 
-    /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid). Plain
-    /// data only.
+    /// Maps the data file (segments are written once and replaced only by removal, so the map stays valid): a
+    /// plain segment's packets, or a compressed one's stored blocks.
     pub(crate) fn map_data(&self) -> Result<Arc<MappedFile>, StoreError> {
         // (Checked each time, kept mapping or not: a file cut short fails the read rather than faulting it.)
         self.check_data_len()?;
+        self.mapping()
+    }
+
+    /// [`map_data`](Self::map_data) once the data file's length is checked.
+    fn mapping(&self) -> Result<Arc<MappedFile>, StoreError> {
         if let Some(m) = self.kept_map.get() {
             return Ok(Arc::clone(m));
         }
         let m = Arc::new(MappedFile::map(&self.data_file).map_err(|e| StoreError::io(&self.data, e))?);
-        if self.keep.is_some() {
+        if self.keep.is_some() || self.stage1.codec.is_compressed() {
             return Ok(Arc::clone(self.kept_map.get_or_init(|| m)));
         }
         Ok(m)
@@ -892,6 +922,29 @@ mod tests {
                     proptest::prop_assert!(got == &whole[r.start as usize..r.end as usize], "{r:?}");
                 }
             }
+        }
+    }
+
+    /// Flows read one after another, as an export reads a segment's packets, decompress each block about once
+    /// (a block read in part, then whole by the next flow, twice), not once per flow, and give the packets the
+    /// whole segment holds.
+    #[test]
+    fn flows_read_one_after_another_decompress_each_block_about_once() {
+        for (zstd, dedup) in [(false, false), (true, false), (false, true), (true, true)] {
+            let store = crate::Store::open(&crate::fuzz_harness::compressed_store(zstd, dedup)).unwrap();
+            let seg = &store.segments()[0];
+            let s2 = seg.stage2().unwrap();
+            let entries = s2.entries().unwrap();
+            let blocks = seg.blocks().unwrap().entries.len();
+            let before = crate::blocks::DECOMPRESSED.get();
+            let mut packets = 0u64;
+            for e in &entries {
+                seg.read_flow(&s2, e, &mut Vec::new(), &mut |_| packets += 1).unwrap();
+            }
+            let decompressed = crate::blocks::DECOMPRESSED.get() - before;
+            assert_eq!(packets, seg.stage1.packets);
+            assert!(entries.len() > 4 * blocks, "{} flows in {blocks} blocks: too few to tell", entries.len());
+            assert!(decompressed <= 2 * blocks, "{decompressed} blocks decompressed of {blocks} ({zstd}, {dedup})");
         }
     }
 
