@@ -76,6 +76,20 @@ struct RecentBlocks {
     blocks: std::collections::VecDeque<(usize, Recent)>,
 }
 
+/// The union of `ranges`: the non-empty ones sorted, those that meet or touch joined.
+fn union(ranges: &[Range<u64>]) -> Vec<Range<u64>> {
+    let mut merged: Vec<Range<u64>> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+    merged.sort_unstable_by_key(|r| r.start);
+    merged.dedup_by(|b, a| {
+        let joined = b.start <= a.end;
+        if joined {
+            a.end = a.end.max(b.end);
+        }
+        joined
+    });
+    merged
+}
+
 thread_local! {
     /// Where `Segment::read_stream` decompresses a block of which a read wants little, kept for this thread's
     /// next: memory already faulted in, where a new buffer would fault in its pages again for each block (a
@@ -429,13 +443,7 @@ impl Segment {
             // The stored stream is the raw data.
             return self.read_stream(map, ranges);
         }
-        let mut merged: Vec<Range<u64>> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
-        merged.sort_unstable_by_key(|r| r.start);
-        merged.dedup_by(|b, a| {
-            let joined = b.start <= a.end;
-            a.end = a.end.max(if joined { b.end } else { a.end });
-            joined
-        });
+        let merged = union(ranges);
         let at = self.stage1.stage2_at + self.stage1.stage2_len + self.stage1.positions_len;
         let elisions_bad = |why| self.elisions_error(at, why);
         let to_stream = |x: u64| map.to_stream(x).map_err(elisions_bad);
@@ -509,27 +517,14 @@ impl Segment {
     /// so, 1.15-1.21 times through the scratch buffer). The scratch block stays for the thread's next read, which
     /// takes it if it wants the same block (the next small flow).
     fn read_stream(&self, map: &BlockMap, ranges: &[Range<u64>]) -> Result<RawWindow, StoreError> {
-        let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
-        for r in ranges {
-            if r.end > map.raw_len() {
-                return Err(StoreError::Corrupt {
-                    path: self.data.clone(),
-                    offset: r.start,
-                    why: format!("raw bytes {}..{} lie past the data's {}", r.start, r.end, map.raw_len()),
-                });
-            }
-            if !r.is_empty() {
-                merged.push(r.clone());
-            }
+        if let Some(r) = ranges.iter().find(|r| r.end > map.raw_len()) {
+            return Err(StoreError::Corrupt {
+                path: self.data.clone(),
+                offset: r.start,
+                why: format!("raw bytes {}..{} lie past the data's {}", r.start, r.end, map.raw_len()),
+            });
         }
-        merged.sort_unstable_by_key(|r| r.start);
-        merged.dedup_by(|b, a| {
-            let joined = b.start <= a.end;
-            if joined {
-                a.end = a.end.max(b.end);
-            }
-            joined
-        });
+        let merged = union(ranges);
         // Runs of consecutive blocks.
         let mut wanted: Vec<Range<usize>> = Vec::new();
         for bs in merged.iter().map(|r| map.covering(r.clone())).filter(|bs| !bs.is_empty()) {
